@@ -1,0 +1,148 @@
+"""State and bookkeeping every batching policy shares.
+
+A scheduler is a plain object (no SimPy, no clock of its own): the engine calls
+``add_request`` when a request arrives, ``schedule`` to get the next step's batch, and
+``update_from_output(out, now)`` when the step is done. Policies differ only in
+``schedule``. Queues: ``waiting`` (FCFS, preempted requests at the front), ``running``
+(in admission order, so the last is the lowest priority), ``swapped`` (FIFO).
+
+Every request that ``add_request`` accepts ends in exactly one of ``finished`` or
+``rejected``, or is still in a queue: nothing is dropped.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from sim.request import Request, RequestStatus
+from sim.sched.output import SchedulerOutput
+from sim.sched.preemption import Preemptor
+
+
+class SchedulerBase:
+    def __init__(self, allocator, preemptor: Preemptor, *, max_num_seqs: int,
+                 max_num_batched_tokens: int, max_model_len: int, reject_when_full: bool) -> None:
+        self.allocator = allocator
+        self.preemptor = preemptor
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_model_len = max_model_len
+        self.reject_when_full = reject_when_full
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.swapped: deque[Request] = deque()
+        self.finished: list[Request] = []
+        self.rejected: list[Request] = []
+        self._admit_counter = 0
+
+    # -- queues ---------------------------------------------------------------------------
+
+    def add_request(self, req: Request) -> bool:
+        """Queue ``req``, or reject it at once (returns False) if it can never run."""
+        if req.num_prompt_tokens >= self.max_model_len:
+            self._reject(req, "prompt_too_long")
+            return False
+        if not self.allocator.fits_alone(req.num_prompt_tokens + req.max_tokens, req):
+            self._reject(req, "exceeds_kv_pool")
+            return False
+        req.status = RequestStatus.WAITING
+        self.waiting.append(req)
+        return True
+
+    def _reject(self, req: Request, reason: str) -> None:
+        req.status = RequestStatus.REJECTED
+        req.reject_reason = reason
+        self.rejected.append(req)
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self.waiting) + len(self.running) + len(self.swapped)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped)
+
+    # -- shared scheduling phases -----------------------------------------------------------
+
+    def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
+        self.running.remove(victim)
+        self.preemptor.preempt(victim, self.waiting, self.swapped, out)
+
+    def _mark_admitted(self, req: Request) -> None:
+        req.status = RequestStatus.RUNNING
+        req.admit_seq = self._admit_counter
+        self._admit_counter += 1
+        self.running.append(req)
+
+    def _swap_in(self, out: SchedulerOutput, budget: int) -> int:
+        """Bring swapped requests back (FIFO) while they fit; returns the budget left."""
+        while self.swapped and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = self.swapped[0]
+            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            if not self.preemptor.swap_in(req, n, out):
+                break
+            self.swapped.popleft()
+            self._mark_admitted(req)
+            out.add(req, n)
+            budget -= n
+        return budget
+
+    def _admit_waiting(self, out: SchedulerOutput, budget: int, chunked: bool) -> int:
+        """Admit waiting requests in FCFS order while they fit; returns the budget left.
+
+        Without ``chunked`` a prompt must fit the remaining token budget whole; the queue
+        does not skip ahead (head-of-line blocking, as in vLLM).
+        """
+        alloc = self.allocator
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = self.waiting[0]
+            cached = alloc.lookup_prefix(req) if req.num_computed_tokens == 0 else 0
+            n = req.num_tokens - req.num_computed_tokens - cached
+            if n > budget:
+                if not chunked:
+                    break
+                n = budget
+            if not alloc.allocate_slots(req, n, cached):
+                if self.reject_when_full:
+                    self.waiting.popleft()
+                    self._reject(req, "kv_cache_full")
+                    out.rejected.append(req)
+                    continue
+                break
+            self.waiting.popleft()
+            if req.admitted_s is None:
+                req.num_cached_tokens = cached
+            req.num_computed_tokens += cached
+            self._mark_admitted(req)
+            out.add(req, n)
+            budget -= n
+        return budget
+
+    # -- after the step ---------------------------------------------------------------------
+
+    def update_from_output(self, out: SchedulerOutput, now: float) -> list[Request]:
+        """Advance every scheduled request by its tokens; return those that finished."""
+        done = []
+        for req, n in out.scheduled:
+            if req.admitted_s is None:
+                req.admitted_s = now  # end of its first step: it has been served
+            req.num_computed_tokens += n
+            if req.num_computed_tokens == req.num_tokens:  # caught up: sample one token
+                req.num_generated += 1
+                if req.first_token_s is None:
+                    req.first_token_s = now
+                if req.num_generated >= req.num_output_tokens:
+                    req.last_token_s = now
+                    done.append(req)
+        for req in done:
+            self._finish(req, now)
+        return done
+
+    def _finish(self, req: Request, now: float) -> None:
+        self.running.remove(req)
+        self._complete(req, now)
+
+    def _complete(self, req: Request, now: float) -> None:
+        self.allocator.free(req)
+        req.status = RequestStatus.FINISHED
+        req.finish_s = now
+        self.finished.append(req)

@@ -1,0 +1,61 @@
+"""What one engine step does: which requests run with how many tokens, and what moved."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sim.request import Request
+
+
+@dataclass
+class SchedulerOutput:
+    """The batch of one step plus the aggregates the cost model needs.
+
+    ``scheduled`` pairs a request with its number of new tokens this step. A *decode*
+    computes the one token sampled last step; anything else is a *prefill* (a whole prompt,
+    a chunk of one, or a recomputation after preemption).
+    """
+
+    scheduled: list[tuple[Request, int]] = field(default_factory=list)
+    num_prefill_tokens: int = 0
+    num_decode_tokens: int = 0
+    prefill_padding_tokens: int = 0  # static batching: prompts padded to the longest
+    decode_padding_seqs: int = 0  # static batching: finished members still decoded
+    decode_kv_tokens: int = 0  # KV tokens read by decode attention (context incl. new)
+    prefill_attn_pairs: float = 0.0  # query-key pairs of prefill attention
+    prefill_kv_tokens: int = 0  # KV tokens read by prefill attention
+    preempted: list[Request] = field(default_factory=list)
+    swapped_out: list[Request] = field(default_factory=list)
+    swapped_in: list[Request] = field(default_factory=list)
+    swap_out_bytes: int = 0
+    swap_in_bytes: int = 0
+    rejected: list[Request] = field(default_factory=list)
+
+    def add(self, req: Request, num_new_tokens: int) -> None:
+        self.scheduled.append((req, num_new_tokens))
+        cached = req.num_computed_tokens
+        if num_new_tokens == 1 and req.num_generated > 0 and cached == req.num_tokens - 1:
+            self.num_decode_tokens += 1
+            self.decode_kv_tokens += cached + 1
+        else:
+            self.num_prefill_tokens += num_new_tokens
+            self.prefill_attn_pairs += num_new_tokens * (cached + (num_new_tokens + 1) / 2)
+            self.prefill_kv_tokens += cached + num_new_tokens
+
+    def add_padding(self, context_tokens: int) -> None:
+        """A finished member of a static batch still occupies a decode row."""
+        self.decode_padding_seqs += 1
+        self.decode_kv_tokens += context_tokens
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.scheduled) + self.decode_padding_seqs
+
+    @property
+    def num_tokens(self) -> int:
+        return (self.num_prefill_tokens + self.num_decode_tokens
+                + self.prefill_padding_tokens + self.decode_padding_seqs)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled and not self.swapped_out and not self.rejected

@@ -1,0 +1,63 @@
+"""Preemption: what happens to a running request evicted to make room.
+
+* ``recompute``: free its KV, put it at the front of ``waiting``; when readmitted it
+  prefills its prompt and the tokens it had generated again (vLLM's default).
+* ``swap``: copy its KV to the CPU swap space over PCIe and free the GPU blocks; it
+  waits in ``swapped`` and is copied back when room returns. Falls back to recompute
+  when the swap space is full.
+
+The *victim* is chosen by the batching policy (the lowest-priority request not yet
+scheduled this step: the most recently admitted, as vLLM does).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from sim.kv.swap import SwapSpace
+from sim.request import Request, RequestStatus
+from sim.scenario import PreemptionMode
+from sim.sched.output import SchedulerOutput
+
+
+class Preemptor:
+    def __init__(self, mode: PreemptionMode, allocator, swap: SwapSpace, bytes_per_slot: float) -> None:
+        self.mode = mode
+        self.allocator = allocator
+        self.swap = swap
+        self.bytes_per_slot = bytes_per_slot
+        self.num_recompute = 0
+        self.num_swap = 0
+        self.num_recomputed_tokens = 0  # KV tokens thrown away by recompute preemption
+
+    def held_bytes(self, req: Request) -> int:
+        return int(self.allocator.held_slots(req) * self.bytes_per_slot)
+
+    def preempt(self, req: Request, waiting: deque, swapped: deque, out: SchedulerOutput) -> None:
+        req.num_preemptions += 1
+        out.preempted.append(req)
+        if self.mode == PreemptionMode.SWAP:
+            num_bytes = self.held_bytes(req)
+            if self.swap.reserve(req.request_id, num_bytes):
+                self.allocator.free(req)
+                req.status = RequestStatus.SWAPPED
+                req.num_swaps += 1
+                self.num_swap += 1
+                out.swapped_out.append(req)
+                out.swap_out_bytes += num_bytes
+                swapped.append(req)
+                return
+        self.allocator.free(req)
+        self.num_recompute += 1
+        self.num_recomputed_tokens += req.num_computed_tokens
+        req.num_computed_tokens = 0
+        req.status = RequestStatus.WAITING
+        waiting.appendleft(req)
+
+    def swap_in(self, req: Request, num_new_tokens: int, out: SchedulerOutput) -> bool:
+        """Bring a swapped request back with room for ``num_new_tokens`` more tokens."""
+        if not self.allocator.allocate_slots(req, num_new_tokens):
+            return False
+        out.swap_in_bytes += self.swap.release(req.request_id)
+        out.swapped_in.append(req)
+        return True
