@@ -1,0 +1,169 @@
+"""Per-step and per-request records, and the run summary built from them.
+
+KV memory is broken down as in the PagedAttention paper (Fig. 2), in token slots of the
+pool, each step, after the step's tokens are computed. For every request holding KV,
+with ``held`` slots, ``computed`` tokens and ``final`` tokens once done (the true length,
+known to the metrics only):
+
+* *tokens*: slots holding real KV (each physical slot once, shared prefix blocks too);
+* *reserved*: ``min(held, final) - computed``: slots the request will fill later;
+* *internal fragmentation*: ``max(0, held - final)``: slots it holds but never fills;
+* *external fragmentation*: free slots outside the largest free hole (contiguous only);
+* *free*: the rest, including evictable prefix-cache blocks (reported separately too).
+
+``tokens + reserved + internal + external + free == pool`` each step. Fractions of the
+pool are averaged over busy time (weighted by step duration).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+COLUMNS = (
+    "time_s", "duration_s", "num_seqs", "num_prefill_tokens", "num_decode_tokens",
+    "num_padding_tokens", "num_waiting", "num_running", "num_swapped", "num_preempted",
+    "swap_bytes", "kv_token_slots", "kv_allocated_slots", "kv_reserved_slots",
+    "kv_internal_frag_slots", "kv_external_frag_slots", "kv_cached_free_slots",
+)
+
+
+class StepLog:
+    """Columns of per-step numbers, appended as the run goes (plain lists: cheap)."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple] = []
+
+    def record(self, now: float, duration: float, out, sched, allocator) -> None:
+        reserved = internal = empty = 0
+        for req in sched.running:
+            held = allocator.held_slots(req)
+            computed = req.num_computed_tokens
+            final = req.final_num_tokens
+            filled_to = held if held < final else final
+            reserved += filled_to - computed
+            internal += held - filled_to
+            empty += held - computed
+        for req in getattr(sched, "done_in_batch", ()):  # static batch padding rows
+            held = allocator.held_slots(req)
+            internal += held - req.num_computed_tokens
+            empty += held - req.num_computed_tokens
+        allocated = allocator.num_allocated_slots()
+        self.rows.append((
+            now, duration, out.num_seqs, out.num_prefill_tokens, out.num_decode_tokens,
+            out.prefill_padding_tokens + out.decode_padding_seqs, len(sched.waiting),
+            len(sched.running), len(sched.swapped), len(out.preempted),
+            out.swap_out_bytes + out.swap_in_bytes, allocated - empty, allocated, reserved,
+            internal, allocator.num_external_fragmentation_slots(),
+            allocator.num_cached_free_slots(),
+        ))
+
+    def array(self) -> dict[str, np.ndarray]:
+        if not self.rows:
+            return {c: np.zeros(0) for c in COLUMNS}
+        data = np.array(self.rows, dtype=float)
+        return {c: data[:, i] for i, c in enumerate(COLUMNS)}
+
+
+def _stats(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
+    a = np.asarray(values, dtype=float)
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return {"mean": float(a.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def request_latencies(req) -> tuple[float | None, float | None, float | None]:
+    """(ttft_s, tpot_s, e2e_s) of a finished request; None where undefined."""
+    if req.finish_s is None:
+        return None, None, None
+    ttft = req.first_token_s - req.arrival_s
+    tpot = None
+    if req.num_output_tokens > 1:
+        tpot = (req.last_token_s - req.first_token_s) / (req.num_output_tokens - 1)
+    return ttft, tpot, req.finish_s - req.arrival_s
+
+
+def summarize(result) -> dict:
+    """The ``summary.json`` document of a finished run."""
+    sc, plan, reqs = result.scenario, result.plan, result.requests
+    done = [r for r in reqs if r.finish_s is not None]
+    rejected = [r for r in reqs if r.reject_reason is not None]
+    reasons: dict[str, int] = {}
+    for r in rejected:
+        reasons[r.reject_reason] = reasons.get(r.reject_reason, 0) + 1
+    lat = [request_latencies(r) for r in done]
+    ttft = [t for t, _, _ in lat]
+    tpot = [t for _, t, _ in lat if t is not None]
+    e2e = [e for _, _, e in lat]
+    span = result.end_s if result.end_s > 0 else 1.0
+    good = sum(1 for t, p, _ in lat if t <= sc.slo.ttft_s and (p is None or p <= sc.slo.tpot_s))
+    out_tokens = sum(r.num_output_tokens for r in done)
+    steps = result.steps.array()
+    pool = plan.num_gpu_blocks * plan.block_size
+    dur = steps["duration_s"]
+    busy = float(dur.sum())
+
+    def mean_frac(col: np.ndarray) -> float:
+        return float((col * dur).sum() / busy / pool) if busy > 0 else 0.0
+
+    token, alloc = steps["kv_token_slots"], steps["kv_allocated_slots"]
+    external = steps["kv_external_frag_slots"]
+    alloc_busy = float((alloc * dur).sum())
+    alloc_cls = result.allocator
+    hit_rate = None
+    if getattr(alloc_cls, "prefix_caching", False) and alloc_cls.num_queried_tokens:
+        hit_rate = alloc_cls.num_hit_tokens / alloc_cls.num_queried_tokens
+    return {
+        "scenario": sc.name,
+        "model": sc.model,
+        "gpu": result.calibration_name,
+        "calibration_source": result.calibration_source,
+        "policies": {
+            "allocator": str(sc.kv.allocator), "prefix_caching": sc.kv.prefix_caching,
+            "block_size": sc.kv.block_size, "batching": str(sc.scheduler.policy),
+            "preemption": str(sc.scheduler.preemption), "when_kv_full": str(sc.scheduler.when_kv_full),
+        },
+        "requests": {
+            "arrived": len(reqs), "completed": len(done), "rejected": len(rejected),
+            "in_flight": len(reqs) - len(done) - len(rejected), "rejected_by_reason": reasons,
+        },
+        "ttft_s": _stats(ttft),
+        "tpot_s": _stats(tpot),
+        "e2e_s": _stats(e2e),
+        "throughput": {
+            "requests_per_s": len(done) / span,
+            "output_tokens_per_s": out_tokens / span,
+            "total_tokens_per_s": (out_tokens + sum(r.num_prompt_tokens for r in done)) / span,
+        },
+        "goodput_requests_per_s": good / span,
+        "slo": {"ttft_s": sc.slo.ttft_s, "tpot_s": sc.slo.tpot_s, "attained_fraction": good / len(done) if done else None},
+        "kv": {
+            "pool_tokens": pool,
+            "pool_bytes": plan.num_gpu_blocks * plan.bytes_per_block,
+            "num_gpu_blocks": plan.num_gpu_blocks,
+            "bytes_per_token": plan.bytes_per_token,
+            "max_full_length_seqs": plan.max_full_length_seqs,
+            "peak_used_fraction": float(alloc.max() / pool) if alloc.size else 0.0,
+            "peak_token_fraction": float(token.max() / pool) if token.size else 0.0,
+            "mean_token_fraction": mean_frac(token),
+            "mean_reserved_unused_fraction": mean_frac(steps["kv_reserved_slots"]),
+            "mean_internal_fragmentation_fraction": mean_frac(steps["kv_internal_frag_slots"]),
+            "mean_external_fragmentation_fraction": mean_frac(external),
+            "mean_free_fraction": mean_frac(pool - alloc - external),
+            "mean_allocated_unused_fraction": (
+                float(((alloc - token) * dur).sum() / alloc_busy) if alloc_busy > 0 else 0.0),
+            "prefix_cache_hit_rate": hit_rate,
+            "prefix_cache_hit_tokens": getattr(alloc_cls, "num_hit_tokens", 0),
+        },
+        "preemptions": {
+            "recompute": result.preemptor.num_recompute, "swap": result.preemptor.num_swap,
+            "recomputed_tokens": result.preemptor.num_recomputed_tokens,
+            "swap_peak_bytes": result.swap.peak_used_bytes,
+        },
+        "engine": {
+            "num_steps": len(dur), "busy_s": busy, "simulated_s": result.end_s,
+            "peak_running": int(steps["num_running"].max()) if dur.size else 0,
+            "peak_waiting": int(steps["num_waiting"].max()) if dur.size else 0,
+        },
+        "sim_wall_s": result.sim_wall_s,
+    }
