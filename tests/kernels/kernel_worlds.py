@@ -83,3 +83,21 @@ def dense_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) ->
         scores = scores.masked_fill(torch.arange(lk)[None, :] > pos_q, float("-inf"))
         out[:, h] = torch.softmax(scores, dim=-1) @ vh
     return out
+
+
+def prefill_batch(g, q_lens, ctx_lens, block_size, hq, hkv, d, dtype):
+    """Prefixes in a paged cache plus packed new tokens; returns (world, args for prefill_attention)."""
+    world = paged_world(g, ctx_lens, block_size=block_size, num_kv_heads=hkv, head_dim=d, dtype=dtype)
+    # Room in each block table for the new tokens too, as an engine would reserve.
+    need = max(-(-(c + q) // block_size) for c, q in zip(ctx_lens, q_lens))
+    extra = torch.full((len(q_lens), need - world.block_tables.shape[1]), 0, dtype=torch.int32)
+    block_tables = torch.cat([world.block_tables, extra], dim=1) if need > world.block_tables.shape[1] \
+        else world.block_tables
+    num_tokens = sum(q_lens)
+    query = randn(g, num_tokens, hq, d, dtype=dtype)
+    key = randn(g, num_tokens, hkv, d, dtype=dtype)
+    value = randn(g, num_tokens, hkv, d, dtype=dtype)
+    query_start_loc = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
+    context_lens = torch.tensor(ctx_lens, dtype=torch.int32)
+    return world, (query, key, value, world.key_cache, world.value_cache, block_tables,
+                   query_start_loc, context_lens)
