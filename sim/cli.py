@@ -1,0 +1,85 @@
+"""``sim``: the command line. Thin: parse, load and validate, run, write.
+
+Bad input of any kind ends in one line ``error: <file>: <key.path>: <what is allowed>``
+on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from sim.errors import ConfigError
+
+
+def _add_run_parser(sub) -> None:
+    p = sub.add_parser("run", help="simulate a scenario and write summary, CSVs and a report")
+    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("--out", default=None, help="output folder (default: runs/<scenario name>)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override a scenario key, e.g. --set kv.block_size=32 (repeatable)")
+    p.add_argument("--no-report", action="store_true", help="skip report.html")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    p.add_argument("--json", action="store_true", help="print summary.json to stdout")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from sim.kvcli import add_kv_parser
+
+    parser = argparse.ArgumentParser(
+        prog="sim", description="kvsim: what will my LLM server do with its GPU memory?")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_run_parser(sub)
+    add_kv_parser(sub)
+    return parser
+
+
+def _run(args) -> int:
+    from sim.engine import Simulation
+    from sim.metrics import summarize
+    from sim.output import write_run
+    from sim.scenario import load_scenario
+    from sim.summary_table import print_summary, progress_bar
+
+    sc = load_scenario(args.scenario, args.overrides)
+    out_dir = Path(args.out) if args.out else Path("runs") / sc.name
+    sim = Simulation(sc)
+    show = not args.quiet and not args.json and sys.stderr.isatty()
+    with progress_bar(show, len(sim.sessions)) as progress:
+        sim.progress = progress
+        result = sim.run()
+    summary = summarize(result)
+    report = None
+    if not args.no_report:
+        from sim.report import render_report
+
+        report = render_report(result, summary)
+    write_run(out_dir, summary, result, report)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    elif not args.quiet:
+        print_summary(summary, out_dir, report=report is not None)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "run":
+            return _run(args)
+        from sim.kvcli import run_kv
+
+        return run_kv(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

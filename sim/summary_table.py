@@ -1,0 +1,76 @@
+"""Terminal output of ``sim run``: a progress bar while it runs, a table when done."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+
+@contextmanager
+def progress_bar(show: bool, total_sessions: int):
+    """Yield a callback ``(sim_time_s, num_done, num_arrived)`` (or None when hidden)."""
+    if not show:
+        yield None
+        return
+    columns = (TextColumn("simulating"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("requests done, t={task.fields[t]:.0f}s"), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("sim", total=None, t=0.0)
+        state = {"calls": 0}
+
+        def update(now: float, done: int, arrived: int) -> None:
+            state["calls"] += 1
+            if state["calls"] % 512 == 0:  # the bar is cheap, but not free
+                bar.update(task, completed=done, total=max(arrived, total_sessions), t=now)
+
+        yield update
+
+
+def _ms(stats: dict, key: str) -> str:
+    v = stats.get(key)
+    return "-" if v is None else f"{v * 1e3:,.1f}"
+
+
+def print_summary(s: dict, out_dir: Path, report: bool = True) -> None:
+    console = Console()
+    r, kv = s["requests"], s["kv"]
+    t = Table(title=f"{s['scenario']}: {s['model']} on {s['gpu']} ({s['calibration_source']})",
+              show_header=True, header_style="bold")
+    t.add_column("metric")
+    t.add_column("mean", justify="right")
+    t.add_column("p50", justify="right")
+    t.add_column("p90", justify="right")
+    t.add_column("p99", justify="right")
+    for name in ("ttft_s", "tpot_s", "e2e_s"):
+        t.add_row(name.replace("_s", " (ms)"), *(_ms(s[name], k) for k in ("mean", "p50", "p90", "p99")))
+    console.print(t)
+    reasons = ", ".join(f"{k}: {v}" for k, v in r["rejected_by_reason"].items()) or "none"
+    pol = s["policies"]
+    lines = [
+        f"policies     {pol['allocator']}{' +prefix-cache' if pol['prefix_caching'] else ''}, "
+        f"block {pol['block_size']}, {pol['batching']}, preempt by {pol['preemption']}",
+        f"requests     arrived {r['arrived']}, completed {r['completed']}, rejected {r['rejected']} "
+        f"({reasons}), in flight {r['in_flight']}",
+        f"throughput   {s['throughput']['requests_per_s']:.2f} req/s, "
+        f"{s['throughput']['output_tokens_per_s']:,.0f} output tok/s, goodput "
+        f"{s['goodput_requests_per_s']:.2f} req/s",
+        f"kv pool      {kv['pool_tokens']:,} tokens ({kv['pool_bytes'] / 2**30:.2f} GiB, "
+        f"{kv['num_gpu_blocks']:,} blocks), {kv['max_full_length_seqs']} full-length sequences fit",
+        f"kv use       peak {kv['peak_used_fraction']:.1%} allocated; mean: tokens "
+        f"{kv['mean_token_fraction']:.1%}, reserved {kv['mean_reserved_unused_fraction']:.1%}, "
+        f"internal frag {kv['mean_internal_fragmentation_fraction']:.1%}, external frag "
+        f"{kv['mean_external_fragmentation_fraction']:.1%}; allocated but unused "
+        f"{kv['mean_allocated_unused_fraction']:.1%}",
+        f"preemptions  recompute {s['preemptions']['recompute']}, swap {s['preemptions']['swap']}",
+        f"simulated    {s['engine']['simulated_s']:,.1f} s in {s['engine']['num_steps']:,} steps, "
+        f"wall {s['sim_wall_s']:.2f} s",
+    ]
+    if kv.get("prefix_cache_hit_rate") is not None:
+        lines.append(f"prefix cache hit rate {kv['prefix_cache_hit_rate']:.1%}")
+    lines.append(f"wrote        {out_dir}/ (summary.json, requests.csv, steps.csv{', report.html' if report else ''})")
+    for line in lines:
+        console.print(line, highlight=False, soft_wrap=True)
