@@ -7,6 +7,7 @@ interpreter (``TRITON_INTERPRET=1``, CPU tensors).
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Iterable
 
@@ -30,6 +31,15 @@ def dot_in_fp32(dtype: torch.dtype) -> bool:
     bf16 goes to the tensor cores natively and this returns False.
     """
     return interpreting() and dtype == torch.bfloat16
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """``tl.dot``'s input_precision: exact "ieee" for fp32 operands (tests), else the default.
+
+    For fp16/bf16 operands the setting changes nothing; for fp32 it keeps a GPU from
+    silently rounding to TF32.
+    """
+    return "ieee" if dtype == torch.float32 or dot_in_fp32(dtype) else "tf32"
 
 
 def check_tensor(
@@ -92,8 +102,14 @@ def next_pow2(n: int) -> int:
 def num_sms(device: torch.device) -> int:
     """Streaming multiprocessors of ``device`` (132 for an H100/H200 SXM; assumed under the interpreter)."""
     if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
+        return _cuda_sms(device.index if device.index is not None else torch.cuda.current_device())
     return 132
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_sms(index: int) -> int:
+    # Cached: wrappers call this on every launch and must stay cheap on the host.
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def check_kv_cache(key_cache: torch.Tensor, value_cache: torch.Tensor) -> tuple[int, int, int, int]:

@@ -29,6 +29,7 @@ from kernels._common import (
     check_last_dim_contiguous,
     check_tensor,
     dot_in_fp32,
+    dot_precision,
     next_pow2,
     num_sms,
 )
@@ -51,6 +52,7 @@ def _decode_gemv_kernel(
     BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr,
     DOT_FP32: tl.constexpr,  # upcast dot operands (bf16 under the interpreter only)
+    DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 operands, else "tf32" (no effect on fp16/bf16)
 ):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -76,7 +78,7 @@ def _decode_gemv_kernel(
         if DOT_FP32:
             x = x.to(tl.float32)
             w = w.to(tl.float32)
-        acc += tl.dot(x, tl.trans(w), input_precision="ieee")
+        acc += tl.dot(x, tl.trans(w), input_precision=DOT_PRECISION)
 
     # -- Write (or, split-K, accumulate) the [BLOCK_M, BLOCK_N] tile of y.
     y_ptrs = y_ptr + offs_m.to(tl.int64)[:, None] * stride_ym + offs_n[None, :]
@@ -151,7 +153,7 @@ def decode_gemv(
         M, N, K, k_per_split,
         x.stride(0), weight.stride(0), y.stride(0),
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split,
-        DOT_FP32=dot_in_fp32(x.dtype),
+        DOT_FP32=dot_in_fp32(x.dtype), DOT_PRECISION=dot_precision(x.dtype),
         num_warps=4, num_stages=4,
     )
     if y is not out:

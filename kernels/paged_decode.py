@@ -45,6 +45,7 @@ from kernels._common import (
     check_same_dtype,
     check_tensor,
     dot_in_fp32,
+    dot_precision,
     next_pow2,
 )
 
@@ -80,6 +81,7 @@ def _partition_kernel(
     BLOCK_N: tl.constexpr,  # tokens per tile, a multiple of BLOCK_SIZE
     PARTITION_SIZE: tl.constexpr,  # tokens per partition, a multiple of BLOCK_N
     DOT_FP32: tl.constexpr,  # upcast dot operands (bf16 under the interpreter only)
+    DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 operands, else "tf32" (no effect on fp16/bf16)
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -124,7 +126,7 @@ def _partition_kernel(
             v = v.to(tl.float32)
 
         # -- Scores [BLOCK_G, BLOCK_N] in base 2; tokens past the end get -inf.
-        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
         s = tl.where(tok_mask[None, :], s, float("-inf"))
 
         # -- Online softmax: rescale what we had to the new max, add this tile.
@@ -132,7 +134,7 @@ def _partition_kernel(
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
 
     # -- Write this partition's max, sum and normalized output for the real heads.
@@ -272,7 +274,7 @@ def paged_attention_decode(
         qk_scale,
         QUERIES_PER_KV=group, BLOCK_G=max(16, next_pow2(group)), HEAD_DIM=head_dim,
         BLOCK_SIZE=block_size, BLOCK_N=block_n, PARTITION_SIZE=partition_size,
-        DOT_FP32=dot_in_fp32(query.dtype),
+        DOT_FP32=dot_in_fp32(query.dtype), DOT_PRECISION=dot_precision(query.dtype),
         num_warps=4, num_stages=2,
     )
     _reduce_kernel[(num_seqs, num_q_heads)](
@@ -281,7 +283,7 @@ def paged_attention_decode(
         max_logits.stride(0), max_logits.stride(1),
         tmp_out.stride(0), tmp_out.stride(1), tmp_out.stride(2),
         HEAD_DIM=head_dim, PARTITION_SIZE=partition_size,
-        MAX_PARTS_POW2=next_pow2(num_parts), BLOCK_P=min(16, next_pow2(num_parts)),
+        MAX_PARTS_POW2=max(2, next_pow2(num_parts)), BLOCK_P=max(2, min(16, next_pow2(num_parts))),
         num_warps=4,
     )
     return out

@@ -42,6 +42,7 @@ from kernels._common import (
     check_same_dtype,
     check_tensor,
     dot_in_fp32,
+    dot_precision,
     interpreting,
 )
 
@@ -49,13 +50,13 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _online_softmax_step(m_i, l_i, acc, s, v):
+def _online_softmax_step(m_i, l_i, acc, s, v, DOT_PRECISION: tl.constexpr):
     """Fold one tile of base-2 scores s [M, N] and values v [N, D] into the running state."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
     return m_new, l_i, acc
 
 
@@ -89,6 +90,7 @@ def _prefill_kernel(
     BLOCK_M: tl.constexpr,  # query rows per program
     BLOCK_N: tl.constexpr,  # keys per tile, a multiple of BLOCK_SIZE
     DOT_FP32: tl.constexpr,  # upcast dot operands (bf16 under the interpreter only)
+    DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 operands, else "tf32" (no effect on fp16/bf16)
 ):
     m_block = tl.program_id(0)
     head = tl.program_id(1)
@@ -129,9 +131,9 @@ def _prefill_kernel(
         if DOT_FP32:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
-        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
         s = tl.where(tok_mask[None, :], s, float("-inf"))
-        m_i, l_i, acc = _online_softmax_step(m_i, l_i, acc, s, v)
+        m_i, l_i, acc = _online_softmax_step(m_i, l_i, acc, s, v, DOT_PRECISION)
 
     # -- Phase 2: the new tokens, causally (key j visible to query i iff j <= i).
     hi = tl.minimum(q_len, (m_block + 1) * BLOCK_M)
@@ -145,9 +147,9 @@ def _prefill_kernel(
         if DOT_FP32:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
-        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
         s = tl.where((kj[None, :] <= offs_m[:, None]) & kj_mask[None, :], s, float("-inf"))
-        m_i, l_i, acc = _online_softmax_step(m_i, l_i, acc, s, v)
+        m_i, l_i, acc = _online_softmax_step(m_i, l_i, acc, s, v, DOT_PRECISION)
 
     out = acc / l_i[:, None]
     tl.store(out_ptr + (q_start + offs_m)[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
@@ -239,7 +241,8 @@ def prefill_attention(
         out.stride(0), out.stride(1),
         qk_scale,
         QUERIES_PER_KV=num_q_heads // num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size,
-        BLOCK_M=block_m, BLOCK_N=block_n, DOT_FP32=dot_in_fp32(query.dtype),
+        BLOCK_M=block_m, BLOCK_N=block_n,
+        DOT_FP32=dot_in_fp32(query.dtype), DOT_PRECISION=dot_precision(query.dtype),
         num_warps=8 if block_m >= 128 else 4, num_stages=2,
     )
     return out

@@ -75,3 +75,11 @@ def test_bad_arguments_name_the_argument(name, bad):
     args[name] = bad
     with pytest.raises(ValueError, match=rf"^{name}:"):
         paged_attention_decode(**args)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("hq,hkv", [(6, 2), (32, 1)])  # group of 3 padded to 16; group of 32 (BLOCK_G 32)
+def test_group_sizes_other_than_16(dtype, hq, hkv):
+    g = generator("decode-groups", dtype, hq, hkv)
+    out, ref = _run(g, [19, 64], 16, hq, hkv, 64, dtype, partition_size=64)
+    torch.testing.assert_close(out, ref, **TOL[dtype])
