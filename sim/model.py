@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 
-
 class KVDtype(StrEnum):
     """Element type of the KV cache. int8/int4 carry per-group scales (see kv_bytes_per_token)."""
 
