@@ -233,10 +233,11 @@ def paged_attention_decode(
     if seq_lens.stride(0) != 1:
         raise ValueError("seq_lens: must be contiguous")
 
+    # Tile of BLOCK_N tokens: whole cache blocks, 64 tokens or more, never past a partition.
     block_n = min(max(64, block_size), partition_size)
-    if block_n < 16 or block_n % block_size or partition_size % block_n:
-        raise ValueError(f"partition_size: must be a multiple of max(16, block_size={block_size}) "
-                         f"and of 64 when >= 64, got {partition_size}")
+    if block_n < 16 or block_n & (block_n - 1) or block_n % block_size or partition_size % block_n:
+        raise ValueError(f"partition_size: must be a power of two >= max(16, block_size={block_size}), "
+                         f"or a multiple of max(64, block_size) when larger; got {partition_size}")
     if max_seq_len is None:
         max_seq_len = int(seq_lens.max().item()) if num_seqs else 0
     capacity = block_tables.shape[1] * block_size

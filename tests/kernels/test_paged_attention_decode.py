@@ -83,3 +83,21 @@ def test_group_sizes_other_than_16(dtype, hq, hkv):
     g = generator("decode-groups", dtype, hq, hkv)
     out, ref = _run(g, [19, 64], 16, hq, hkv, 64, dtype, partition_size=64)
     torch.testing.assert_close(out, ref, **TOL[dtype])
+
+
+@pytest.mark.parametrize("partition_size", [8, 48, 96])
+def test_partition_size_must_tile_whole_blocks(partition_size):
+    with pytest.raises(ValueError, match="^partition_size:"):
+        paged_attention_decode(**_args(), partition_size=partition_size)
+
+
+def test_empty_sequence_gets_zeros():
+    g = generator("decode-empty")
+    world = paged_world(g, [0, 5], block_size=8, num_kv_heads=1, head_dim=64, dtype=torch.float32)
+    query = randn(g, 2, 2, 64, dtype=torch.float32)
+    seq_lens = torch.tensor([0, 5], dtype=torch.int32)
+    out = paged_attention_decode(query, world.key_cache, world.value_cache, world.block_tables, seq_lens)
+    assert torch.equal(out[0], torch.zeros(2, 64))
+    ref = paged_attention_decode_ref(query[1:], world.key_cache, world.value_cache, world.block_tables[1:],
+                                     seq_lens[1:])
+    torch.testing.assert_close(out[1:], ref, **TOL[torch.float32])
