@@ -51,6 +51,7 @@ def _decode_gemv_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr,
+    EVEN_K: tl.constexpr,  # every K tile is full: no K mask, so loads vectorize
     DOT_FP32: tl.constexpr,  # upcast dot operands (bf16 under the interpreter only)
     DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 operands, else "tf32" (no effect on fp16/bf16)
 ):
@@ -72,9 +73,13 @@ def _decode_gemv_kernel(
     k_end = tl.minimum(k_start + k_per_split, K)
     for k0 in range(k_start, k_end, BLOCK_K):
         kk = k0 + offs_k
-        k_mask = kk < k_end
-        x = tl.load(x_rows + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)  # [BLOCK_M, BLOCK_K]
-        w = tl.load(w_rows + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)  # [BLOCK_N, BLOCK_K]
+        if EVEN_K:
+            x = tl.load(x_rows + kk[None, :], mask=m_mask[:, None], other=0.0)  # [BLOCK_M, BLOCK_K]
+            w = tl.load(w_rows + kk[None, :], mask=n_mask[:, None], other=0.0)  # [BLOCK_N, BLOCK_K]
+        else:
+            k_mask = kk < k_end
+            x = tl.load(x_rows + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+            w = tl.load(w_rows + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
         if DOT_FP32:
             x = x.to(tl.float32)
             w = w.to(tl.float32)
@@ -152,7 +157,7 @@ def decode_gemv(
         x, weight, y,
         M, N, K, k_per_split,
         x.stride(0), weight.stride(0), y.stride(0),
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split, EVEN_K=K % block_k == 0,
         DOT_FP32=dot_in_fp32(x.dtype), DOT_PRECISION=dot_precision(x.dtype),
         num_warps=4, num_stages=4,
     )
