@@ -95,6 +95,18 @@ def check_last_dim_contiguous(**tensors: torch.Tensor) -> None:
             raise ValueError(f"{name}: last dimension must be contiguous (stride 1), got strides {t.stride()}")
 
 
+def output_like(out: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    """``out`` checked to match ``like`` (shape, dtype, device, contiguous last dim), or a new tensor."""
+    if out is None:
+        return torch.empty_like(like, memory_format=torch.contiguous_format)
+    if not isinstance(out, torch.Tensor) or out.shape != like.shape or out.dtype != like.dtype:
+        got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"out: must be a {like.dtype} tensor of shape {tuple(like.shape)}, got {got}")
+    check_devices(out=out, like=like)
+    check_last_dim_contiguous(out=out)
+    return out
+
+
 def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 

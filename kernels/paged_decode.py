@@ -47,6 +47,7 @@ from kernels._common import (
     dot_in_fp32,
     dot_precision,
     next_pow2,
+    output_like,
 )
 
 LOG2E = 1.4426950408889634
@@ -196,6 +197,28 @@ def _reduce_kernel(
     tl.store(out_ptr + seq * stride_outs + head * stride_outh + offs_d, out)
 
 
+def _check_args(query, key_cache, value_cache, block_tables, seq_lens) -> tuple[int, int, int, int, int]:
+    """Shapes, dtypes and devices; returns (num_seqs, num_q_heads, block_size, num_kv_heads, head_dim)."""
+    check_tensor("query", query, ndim=3, dtypes=FLOAT_DTYPES, shape_doc="[num_seqs, num_q_heads, head_dim]")
+    _, block_size, num_kv_heads, head_dim = check_kv_cache(key_cache, value_cache)
+    check_same_dtype("query", query, key_cache=key_cache)
+    check_tensor("block_tables", block_tables, ndim=2, dtypes=(torch.int32,), shape_doc="[num_seqs, max_blocks_per_seq]")
+    check_tensor("seq_lens", seq_lens, ndim=1, dtypes=(torch.int32,), shape_doc="[num_seqs]")
+    num_seqs, num_q_heads, _ = query.shape
+    check_dim("query", query, 2, head_dim, "head_dim of key_cache")
+    check_head_dim("query", head_dim)
+    check_dim("block_tables", block_tables, 0, num_seqs, "num_seqs")
+    check_dim("seq_lens", seq_lens, 0, num_seqs, "num_seqs")
+    if num_q_heads % num_kv_heads:
+        raise ValueError(f"query: num_q_heads ({num_q_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
+    check_devices(query=query, key_cache=key_cache, value_cache=value_cache,
+                  block_tables=block_tables, seq_lens=seq_lens)
+    check_last_dim_contiguous(query=query, block_tables=block_tables)
+    if seq_lens.stride(0) != 1:
+        raise ValueError("seq_lens: must be contiguous")
+    return num_seqs, num_q_heads, block_size, num_kv_heads, head_dim
+
+
 def paged_attention_decode(
     query: torch.Tensor,
     key_cache: torch.Tensor,
@@ -215,24 +238,8 @@ def paged_attention_decode(
     ``seq_lens``. Query head ``h`` uses KV head ``h // (num_q_heads // num_kv_heads)``.
     ``seq_lens`` values are trusted (each must be <= max_blocks_per_seq * block_size).
     """
-    check_tensor("query", query, ndim=3, dtypes=FLOAT_DTYPES, shape_doc="[num_seqs, num_q_heads, head_dim]")
-    _, block_size, num_kv_heads, head_dim = check_kv_cache(key_cache, value_cache)
-    check_same_dtype("query", query, key_cache=key_cache)
-    check_tensor("block_tables", block_tables, ndim=2, dtypes=(torch.int32,), shape_doc="[num_seqs, max_blocks_per_seq]")
-    check_tensor("seq_lens", seq_lens, ndim=1, dtypes=(torch.int32,), shape_doc="[num_seqs]")
-    num_seqs, num_q_heads, _ = query.shape
-    check_dim("query", query, 2, head_dim, "head_dim of key_cache")
-    check_head_dim("query", head_dim)
-    check_dim("block_tables", block_tables, 0, num_seqs, "num_seqs")
-    check_dim("seq_lens", seq_lens, 0, num_seqs, "num_seqs")
-    if num_q_heads % num_kv_heads:
-        raise ValueError(f"query: num_q_heads ({num_q_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
-    check_devices(query=query, key_cache=key_cache, value_cache=value_cache,
-                  block_tables=block_tables, seq_lens=seq_lens)
-    check_last_dim_contiguous(query=query, block_tables=block_tables)
-    if seq_lens.stride(0) != 1:
-        raise ValueError("seq_lens: must be contiguous")
-
+    num_seqs, num_q_heads, block_size, num_kv_heads, head_dim = _check_args(
+        query, key_cache, value_cache, block_tables, seq_lens)
     # Tile of BLOCK_N tokens: whole cache blocks, 64 tokens or more, never past a partition.
     block_n = min(max(64, block_size), partition_size)
     if block_n < 16 or block_n & (block_n - 1) or block_n % block_size or partition_size % block_n:
@@ -244,14 +251,7 @@ def paged_attention_decode(
     if max_seq_len > capacity:
         raise ValueError(f"seq_lens: max {max_seq_len} exceeds block_tables capacity "
                          f"({block_tables.shape[1]} blocks x {block_size} tokens = {capacity})")
-    if out is None:
-        out = torch.empty_like(query, memory_format=torch.contiguous_format)
-    else:
-        check_tensor("out", out, ndim=3, dtypes=(query.dtype,), shape_doc="like query")
-        if out.shape != query.shape:
-            raise ValueError(f"out: shape {tuple(out.shape)} must equal query shape {tuple(query.shape)}")
-        check_devices(query=query, out=out)
-        check_last_dim_contiguous(out=out)
+    out = output_like(out, query)
     if num_seqs == 0:
         return out
 

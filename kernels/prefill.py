@@ -44,6 +44,7 @@ from kernels._common import (
     dot_in_fp32,
     dot_precision,
     interpreting,
+    output_like,
 )
 
 LOG2E = 1.4426950408889634
@@ -156,29 +157,9 @@ def _prefill_kernel(
              out, mask=m_mask[:, None])
 
 
-def prefill_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    context_lens: torch.Tensor,
-    *,
-    scale: float | None = None,
-    max_query_len: int | None = None,
-    block_m: int | None = None,
-    block_n: int | None = None,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Causal attention of packed new tokens over [cached prefix; new tokens]; returns [num_tokens, Hq, D].
-
-    ``scale`` defaults to ``1/sqrt(head_dim)``; ``max_query_len`` (max new tokens of one
-    sequence) sizes the grid and is read from ``query_start_loc`` (a device sync) if not
-    given. ``block_m``/``block_n`` override the tile sizes (powers of two >= 16, block_n a
-    multiple of block_size). ``context_lens`` values are trusted to fit the block table.
-    """
+def _check_args(query, key, value, key_cache, value_cache, block_tables, query_start_loc,
+                context_lens) -> tuple[int, int, int, int, int]:
+    """Shapes, dtypes and devices; returns (num_seqs, num_q_heads, block_size, num_kv_heads, head_dim)."""
     doc_q = "[num_tokens, num_q_heads, head_dim]"
     doc_kv = "[num_tokens, num_kv_heads, head_dim]"
     check_tensor("query", query, ndim=3, dtypes=FLOAT_DTYPES, shape_doc=doc_q)
@@ -206,7 +187,34 @@ def prefill_attention(
     check_last_dim_contiguous(query=query, key=key, value=value, block_tables=block_tables)
     if query_start_loc.stride(0) != 1 or context_lens.stride(0) != 1:
         raise ValueError("query_start_loc, context_lens: must be contiguous")
+    return num_seqs, num_q_heads, block_size, num_kv_heads, head_dim
 
+
+def prefill_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    context_lens: torch.Tensor,
+    *,
+    scale: float | None = None,
+    max_query_len: int | None = None,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Causal attention of packed new tokens over [cached prefix; new tokens]; returns [num_tokens, Hq, D].
+
+    ``scale`` defaults to ``1/sqrt(head_dim)``; ``max_query_len`` (max new tokens of one
+    sequence) sizes the grid and is read from ``query_start_loc`` (a device sync) if not
+    given. ``block_m``/``block_n`` override the tile sizes (powers of two >= 16, block_n a
+    multiple of block_size). ``context_lens`` values are trusted to fit the block table.
+    """
+    num_seqs, num_q_heads, block_size, num_kv_heads, head_dim = _check_args(
+        query, key, value, key_cache, value_cache, block_tables, query_start_loc, context_lens)
     on_gpu = not interpreting()
     block_m = block_m or (128 if on_gpu and head_dim <= 128 else 64 if on_gpu else 16)
     block_n = block_n or max(block_size, 64 if on_gpu else 16)
@@ -217,14 +225,7 @@ def prefill_attention(
         raise ValueError(f"block_n: must be a multiple of block_size ({block_size}), got {block_n}")
     if max_query_len is None:
         max_query_len = int((query_start_loc[1:] - query_start_loc[:-1]).max().item()) if num_seqs else 0
-    if out is None:
-        out = torch.empty_like(query, memory_format=torch.contiguous_format)
-    else:
-        check_tensor("out", out, ndim=3, dtypes=(query.dtype,), shape_doc="like query")
-        if out.shape != query.shape:
-            raise ValueError(f"out: shape {tuple(out.shape)} must equal query shape {tuple(query.shape)}")
-        check_devices(query=query, out=out)
-        check_last_dim_contiguous(out=out)
+    out = output_like(out, query)
     if num_seqs == 0 or max_query_len == 0:
         return out
 
