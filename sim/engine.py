@@ -153,7 +153,9 @@ class Simulation:
                 self._wakeup = env.event()
                 yield self._wakeup
             out = sched.schedule()
-            if not out.scheduled:
+            # A static batch whose last live member was just preempted is left with padding
+            # rows only: that step still runs, so the batch ends and its answers go out.
+            if not out.scheduled and not out.decode_padding_seqs:
                 # Nothing can run until something arrives (or a swap-out completes).
                 if out.swap_out_bytes:
                     yield from self._transfer(out.swap_out_bytes)

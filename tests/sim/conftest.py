@@ -35,7 +35,8 @@ def make_request():
 def base_scenario(**sections) -> dict:
     """A tiny world as a raw scenario mapping: tiny-llama, 11 blocks of 16 tokens, mml 160.
 
-    ``sections`` are merged one level deep (``engine={...}`` updates the engine section).
+    ``engine``, ``kv``, ``scheduler`` update those sections key by key; any other key,
+    ``workload`` included, replaces the default outright.
     """
     data = {
         "name": "tiny",
@@ -53,7 +54,7 @@ def base_scenario(**sections) -> dict:
         },
     }
     for key, value in sections.items():
-        if isinstance(value, dict) and isinstance(data.get(key), dict):
+        if key in ("engine", "kv", "scheduler"):
             data[key] = {**data[key], **copy.deepcopy(value)}
         else:
             data[key] = copy.deepcopy(value)

@@ -1,0 +1,96 @@
+"""Property test: random tiny scenarios across every policy combination drain cleanly."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sim.engine import Simulation
+from sim.metrics import summarize
+from sim.request import RequestStatus
+from sim.scenario import parse_scenario
+
+MAX_MODEL_LEN = 128
+
+
+@st.composite
+def tiny_scenarios(draw):
+    allocator = draw(st.sampled_from(["paged", "contiguous-static", "contiguous-exact"]))
+    policy = draw(st.sampled_from(["continuous", "chunked-prefill", "static"]))
+    block_size = draw(st.sampled_from([1, 4, 8, 16, 32]))
+    min_blocks = math.ceil(MAX_MODEL_LEN / block_size)
+    scheduler = {
+        "policy": policy,
+        "preemption": draw(st.sampled_from(["recompute", "swap"])),
+        "when_kv_full": draw(st.sampled_from(["queue", "queue", "reject"])),
+        "max_num_seqs": draw(st.integers(1, 8)),
+    }
+    if policy == "chunked-prefill":
+        scheduler["max_num_batched_tokens"] = draw(st.integers(8, 200))
+    workload = {
+        "num_requests": draw(st.integers(1, 10)),
+        "arrival": draw(st.sampled_from([
+            {"type": "poisson", "rate": 100.0}, {"type": "constant", "rate": 1000.0},
+            {"type": "gamma", "rate": 50.0, "cv": 3.0}])),
+        "prompt_tokens": {"type": "uniform", "low": 1, "high": draw(st.integers(1, 100))},
+        "output_tokens": {"type": "uniform", "low": 1, "high": draw(st.integers(1, 100))},
+    }
+    if draw(st.booleans()):
+        workload["shared_prefix"] = {"num_prefixes": draw(st.integers(1, 2)),
+                                     "prefix_tokens": draw(st.integers(1, 40))}
+    if draw(st.booleans()):
+        workload["conversation"] = {"turns": {"type": "uniform", "low": 1, "high": 3},
+                                    "think_time_s": draw(st.sampled_from([0.0, 0.05]))}
+    return {
+        "seed": draw(st.integers(0, 2**16)),
+        "model": "tiny-llama",
+        "gpu": "a100-80gb",
+        "engine": {"max_model_len": MAX_MODEL_LEN,
+                   "num_gpu_blocks_override": min_blocks + draw(st.integers(0, 2 * min_blocks))},
+        "kv": {"allocator": allocator, "block_size": block_size,
+               "prefix_caching": allocator == "paged" and draw(st.booleans()),
+               "swap_space_gb": draw(st.sampled_from([0.0, 2e-5, 1.0]))},
+        "scheduler": scheduler,
+        "workload": workload,
+    }
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=tiny_scenarios())
+def test_random_scenarios_drain_with_exact_accounting(data) -> None:
+    sim = Simulation(parse_scenario(data, "/tmp/kvsim-property/scenario.yaml"))
+    result = sim.run()
+    summary = summarize(result)
+    reqs = summary["requests"]
+    assert reqs["arrived"] == reqs["completed"] + reqs["rejected"], reqs
+    assert reqs["in_flight"] == 0
+    assert set(reqs["rejected_by_reason"]) <= {"kv_cache_full", "prompt_too_long", "exceeds_kv_pool"}
+    if data["scheduler"]["when_kv_full"] == "queue":
+        assert "kv_cache_full" not in reqs["rejected_by_reason"]
+    alloc = result.allocator
+    alloc.check_invariants()
+    result.swap.check_invariants()
+    assert alloc.num_allocated_slots() == 0 and result.swap.used_bytes == 0
+    for r in result.requests:
+        assert r.status in (RequestStatus.FINISHED, RequestStatus.REJECTED)
+        if r.status is RequestStatus.FINISHED:
+            assert r.num_generated == r.num_output_tokens
+            assert r.first_token_s <= r.last_token_s <= r.finish_s
+    steps = result.steps.array()
+    pool = alloc.num_total_slots
+    token, allocated = steps["kv_token_slots"], steps["kv_allocated_slots"]
+    free = pool - allocated - steps["kv_external_frag_slots"]
+    parts = token + steps["kv_reserved_slots"] + steps["kv_internal_frag_slots"]
+    assert (parts + steps["kv_external_frag_slots"] + free == pool).all()
+    for col in ("kv_token_slots", "kv_reserved_slots", "kv_internal_frag_slots",
+                "kv_external_frag_slots", "kv_cached_free_slots"):
+        assert (steps[col] >= 0).all(), col
+    assert (free >= 0).all() and (allocated <= pool).all()
+    if summary["engine"]["busy_s"] > 0:
+        kv = summary["kv"]
+        total = (kv["mean_token_fraction"] + kv["mean_reserved_unused_fraction"]
+                 + kv["mean_internal_fragmentation_fraction"]
+                 + kv["mean_external_fragmentation_fraction"] + kv["mean_free_fraction"])
+        assert abs(total - 1.0) < 1e-9
