@@ -452,5 +452,5 @@ def load_scenario(path: str | Path, overrides: list[str] = ()) -> Scenario:
     if not isinstance(data, dict):
         raise ConfigError(str(path), "<top>", "a scenario must be a YAML mapping of keys to values")
     for assignment in overrides:
-        set_override(data, assignment)
+        set_override(data, assignment, source=str(path))
     return parse_scenario(data, str(path))
