@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from sim.request import Request
+from sim.engine import Simulation
+from sim.metrics import StepLog, summarize
+from sim.request import Request, RequestStatus
+from sim.scenario import parse_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "scenarios"
@@ -69,3 +72,79 @@ def scenario_dict():
 @pytest.fixture(scope="session")
 def scenarios_dir() -> Path:
     return SCENARIOS
+
+
+# ------------------------------------------------------------------ engine runs, checked
+
+
+class CheckingStepLog(StepLog):
+    """A step log that checks the allocator and the accounting after every step."""
+
+    def __init__(self, sim: Simulation) -> None:
+        super().__init__()
+        self.sim = sim
+
+    def record(self, now, duration, out, sched, allocator) -> None:
+        super().record(now, duration, out, sched, allocator)
+        allocator.check_invariants()
+        self.sim.swap.check_invariants()
+        pool = allocator.num_total_slots
+        row = dict(zip(("token", "alloc", "reserved", "internal", "external", "cached"),
+                       self.rows[-1][11:]))
+        free = pool - row["alloc"] - row["external"]
+        assert min(row.values()) >= 0 and free >= 0
+        assert row["token"] + row["reserved"] + row["internal"] + row["external"] + free == pool
+        assert row["token"] <= row["alloc"] <= pool
+        assert row["cached"] <= free
+        for req in sched.running:
+            assert req.num_computed_tokens < req.num_tokens  # unfinished: one token to compute
+            assert allocator.held_slots(req) >= req.num_computed_tokens
+        for req in list(sched.waiting) + list(sched.swapped):
+            assert allocator.held_slots(req) == 0  # nothing leaks from preempted requests
+        for req in sched.swapped:
+            assert req.num_computed_tokens > 0
+
+
+def simulate_checked(data: dict, source: str = "/tmp/kvsim-test/scenario.yaml"):
+    sim = Simulation(parse_scenario(data, source))
+    sim.steps = CheckingStepLog(sim)
+    result = sim.run()
+    return result, summarize(result)
+
+
+def check_drained(result, summary) -> None:
+    reqs = summary["requests"]
+    assert reqs["arrived"] == len(result.requests)
+    assert reqs["arrived"] == reqs["completed"] + reqs["rejected"]
+    assert reqs["in_flight"] == 0
+    alloc = result.allocator
+    alloc.check_invariants()
+    assert alloc.num_allocated_slots() == 0
+    assert alloc.num_external_fragmentation_slots() == 0
+    assert result.swap.used_bytes == 0
+    sched = result.scheduler
+    assert not sched.has_work()
+    for r in result.requests:
+        if r.status is RequestStatus.FINISHED:
+            assert r.num_generated == r.num_output_tokens
+            assert r.arrival_s <= r.admitted_s <= r.first_token_s <= r.last_token_s <= r.finish_s
+        else:
+            assert r.status is RequestStatus.REJECTED and r.reject_reason
+    kv = summary["kv"]
+    total = (kv["mean_token_fraction"] + kv["mean_reserved_unused_fraction"]
+             + kv["mean_internal_fragmentation_fraction"]
+             + kv["mean_external_fragmentation_fraction"] + kv["mean_free_fraction"])
+    if summary["engine"]["busy_s"] > 0:
+        assert total == pytest.approx(1.0)
+
+
+@pytest.fixture(scope="session")
+def simulate():
+    """``simulate(data, source=...) -> (result, summary)`` with per-step checks."""
+    return simulate_checked
+
+
+@pytest.fixture(scope="session")
+def assert_drained():
+    """``assert_drained(result, summary)``: the end-of-run accounting of a drained run."""
+    return check_drained

@@ -6,73 +6,10 @@ import pytest
 
 from sim.cost import step_time_s
 from sim.engine import Simulation
-from sim.metrics import StepLog, summarize
 from sim.output import requests_csv, steps_csv
-from sim.request import RequestStatus
 from sim.scenario import parse_scenario
 
 BYTES_PER_BLOCK_16 = 16 * 1024  # tiny-llama bf16: 2 layers x 2 KV heads x 64 x 2 (K,V) x 2 B = 1024 B/token
-
-
-class CheckingStepLog(StepLog):
-    """A step log that checks the allocator and the accounting after every step."""
-
-    def __init__(self, sim: Simulation) -> None:
-        super().__init__()
-        self.sim = sim
-
-    def record(self, now, duration, out, sched, allocator) -> None:
-        super().record(now, duration, out, sched, allocator)
-        allocator.check_invariants()
-        self.sim.swap.check_invariants()
-        pool = allocator.num_total_slots
-        row = dict(zip(("token", "alloc", "reserved", "internal", "external", "cached"),
-                       self.rows[-1][11:]))
-        free = pool - row["alloc"] - row["external"]
-        assert min(row.values()) >= 0 and free >= 0
-        assert row["token"] + row["reserved"] + row["internal"] + row["external"] + free == pool
-        assert row["token"] <= row["alloc"] <= pool
-        assert row["cached"] <= free
-        for req in sched.running:
-            assert req.num_computed_tokens < req.num_tokens  # unfinished: one token to compute
-            assert allocator.held_slots(req) >= req.num_computed_tokens
-        for req in list(sched.waiting) + list(sched.swapped):
-            assert allocator.held_slots(req) == 0  # nothing leaks from preempted requests
-        for req in sched.swapped:
-            assert req.num_computed_tokens > 0
-
-
-def simulate(data: dict, source: str = "/tmp/kvsim-test/scenario.yaml"):
-    sim = Simulation(parse_scenario(data, source))
-    sim.steps = CheckingStepLog(sim)
-    result = sim.run()
-    return result, summarize(result)
-
-
-def assert_drained(result, summary) -> None:
-    reqs = summary["requests"]
-    assert reqs["arrived"] == len(result.requests)
-    assert reqs["arrived"] == reqs["completed"] + reqs["rejected"]
-    assert reqs["in_flight"] == 0
-    alloc = result.allocator
-    alloc.check_invariants()
-    assert alloc.num_allocated_slots() == 0
-    assert alloc.num_external_fragmentation_slots() == 0
-    assert result.swap.used_bytes == 0
-    sched = result.scheduler
-    assert not sched.has_work()
-    for r in result.requests:
-        if r.status is RequestStatus.FINISHED:
-            assert r.num_generated == r.num_output_tokens
-            assert r.arrival_s <= r.admitted_s <= r.first_token_s <= r.last_token_s <= r.finish_s
-        else:
-            assert r.status is RequestStatus.REJECTED and r.reject_reason
-    kv = summary["kv"]
-    total = (kv["mean_token_fraction"] + kv["mean_reserved_unused_fraction"]
-             + kv["mean_internal_fragmentation_fraction"]
-             + kv["mean_external_fragmentation_fraction"] + kv["mean_free_fraction"])
-    if summary["engine"]["busy_s"] > 0:
-        assert total == pytest.approx(1.0)
 
 
 def test_one_request_time_stamped_log(scenario_dict, tmp_path) -> None:
@@ -107,7 +44,8 @@ def test_one_request_time_stamped_log(scenario_dict, tmp_path) -> None:
 
 @pytest.mark.parametrize("policy", ["continuous", "chunked-prefill", "static"])
 @pytest.mark.parametrize("allocator", ["paged", "contiguous-static", "contiguous-exact"])
-def test_every_combination_drains(scenario_dict, policy, allocator) -> None:
+def test_every_combination_drains(simulate, assert_drained, scenario_dict, policy,
+                                  allocator) -> None:
     data = scenario_dict(
         kv={"allocator": allocator},
         scheduler={"policy": policy, "max_num_batched_tokens": 48 if policy == "chunked-prefill" else None},
@@ -122,7 +60,7 @@ def test_every_combination_drains(scenario_dict, policy, allocator) -> None:
     assert summary["requests"]["completed"] == 12  # queue mode: nobody is turned away
 
 
-def test_paged_pressure_causes_recompute_preemption(scenario_dict) -> None:
+def test_paged_pressure_causes_recompute_preemption(simulate, assert_drained, scenario_dict) -> None:
     data = scenario_dict(workload={
         "num_requests": 8, "arrival": {"type": "constant", "rate": 1000.0},
         "prompt_tokens": {"type": "fixed", "value": 40},
@@ -136,7 +74,7 @@ def test_paged_pressure_causes_recompute_preemption(scenario_dict) -> None:
     assert sum(r.num_preemptions for r in result.requests) == summary["preemptions"]["recompute"]
 
 
-def test_swap_mode_swaps_under_pressure(scenario_dict) -> None:
+def test_swap_mode_swaps_under_pressure(simulate, assert_drained, scenario_dict) -> None:
     data = scenario_dict(
         scheduler={"preemption": "swap"},
         workload={"num_requests": 8, "arrival": {"type": "constant", "rate": 1000.0},
@@ -154,7 +92,7 @@ def test_swap_mode_swaps_under_pressure(scenario_dict) -> None:
     assert sum(r.num_swaps for r in result.requests) == pre["swap"]
 
 
-def test_tiny_swap_space_falls_back_to_recompute(scenario_dict) -> None:
+def test_tiny_swap_space_falls_back_to_recompute(simulate, assert_drained, scenario_dict) -> None:
     data = scenario_dict(
         kv={"swap_space_gb": 1e-6},  # ~1 KB: not even one 16 KiB block
         scheduler={"preemption": "swap"},
@@ -166,7 +104,7 @@ def test_tiny_swap_space_falls_back_to_recompute(scenario_dict) -> None:
     assert summary["preemptions"]["swap"] == 0 and summary["preemptions"]["recompute"] > 0
 
 
-def test_reject_mode_rejects_with_kv_cache_full(scenario_dict) -> None:
+def test_reject_mode_rejects_with_kv_cache_full(simulate, assert_drained, scenario_dict) -> None:
     data = scenario_dict(
         kv={"allocator": "contiguous-static"},
         scheduler={"when_kv_full": "reject"},
@@ -182,8 +120,8 @@ def test_reject_mode_rejects_with_kv_cache_full(scenario_dict) -> None:
 
 
 @pytest.mark.parametrize("preemption", ["recompute", "swap"])
-def test_static_batch_whose_last_live_member_is_preempted_still_ends(scenario_dict, tmp_path,
-                                                                     preemption) -> None:
+def test_static_batch_whose_last_live_member_is_preempted_still_ends(
+        simulate, assert_drained, scenario_dict, tmp_path, preemption) -> None:
     """a finishes at prefill and pads; b outgrows what a leaves free and is preempted.
 
     The batch then has no live member; a's answer must still go out and b run again.
@@ -200,7 +138,7 @@ def test_static_batch_whose_last_live_member_is_preempted_still_ends(scenario_di
     assert a.finish_s < b.finish_s
 
 
-def test_same_seed_same_summary(scenario_dict) -> None:
+def test_same_seed_same_summary(simulate, scenario_dict) -> None:
     data = scenario_dict(
         kv={"prefix_caching": True},
         workload={"num_requests": 10, "arrival": {"type": "poisson", "rate": 20.0},
@@ -220,7 +158,8 @@ def test_same_seed_same_summary(scenario_dict) -> None:
     assert other != s1  # the seed does drive the workload
 
 
-def test_conversation_turns_carry_history_and_hit_the_cache(scenario_dict) -> None:
+def test_conversation_turns_carry_history_and_hit_the_cache(simulate, assert_drained,
+                                                           scenario_dict) -> None:
     B = 16
     data = scenario_dict(
         engine={"max_model_len": 1024, "num_gpu_blocks_override": 2000},
@@ -254,7 +193,8 @@ def test_conversation_turns_carry_history_and_hit_the_cache(scenario_dict) -> No
     assert summary["kv"]["prefix_cache_hit_rate"] == pytest.approx(hits / queried)
 
 
-def test_shared_system_prompt_hits_without_conversations(scenario_dict) -> None:
+def test_shared_system_prompt_hits_without_conversations(simulate, assert_drained,
+                                                         scenario_dict) -> None:
     data = scenario_dict(
         engine={"max_model_len": 512, "num_gpu_blocks_override": 500},
         kv={"prefix_caching": True},
@@ -269,7 +209,7 @@ def test_shared_system_prompt_hits_without_conversations(scenario_dict) -> None:
     assert all(r.num_cached_tokens == 48 for r in rest)  # 3 whole blocks of system prompt
 
 
-def test_prefix_caching_off_means_no_hits(scenario_dict) -> None:
+def test_prefix_caching_off_means_no_hits(simulate, scenario_dict) -> None:
     data = scenario_dict(workload={
         "num_requests": 6, "arrival": {"type": "constant", "rate": 10.0},
         "prompt_tokens": {"type": "uniform", "low": 5, "high": 40},

@@ -5,7 +5,6 @@ A "step" here is what the engine does: ``schedule()`` then ``update_from_output(
 
 from __future__ import annotations
 
-
 from sim.kv.contiguous import ContiguousAllocator
 from sim.kv.paged import PagedAllocator
 from sim.kv.swap import SwapSpace
