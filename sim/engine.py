@@ -174,7 +174,7 @@ class Simulation:
                 decode_kv_tokens=out.decode_kv_tokens, prefill_attn_pairs=out.prefill_attn_pairs,
                 prefill_kv_tokens=out.prefill_kv_tokens)
             yield env.timeout(dt)
-            finished = sched.update_from_output(out, env.now)
+            finished = sched.update_from_output(out, env.now, start)
             self.steps.record(env.now, env.now - start, out, sched, self.allocator)
             for req in finished:
                 self._on_finished(req)

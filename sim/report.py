@@ -59,15 +59,21 @@ def _memory_figure(steps: dict, pool: int) -> go.Figure:
 def _load_figure(steps: dict) -> go.Figure:
     t, dur = steps["time_s"], steps["duration_s"]
     tb, cols = _binned(t, dur, {k: steps[k] for k in (
-        "num_seqs", "num_prefill_tokens", "num_decode_tokens", "num_waiting", "num_swapped")})
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=("batch per step", "queues"))
+        "num_seqs", "num_running", "num_prefill_tokens", "num_decode_tokens", "num_waiting",
+        "num_swapped", "num_preempted")})
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
+                        subplot_titles=("sequences per step", "tokens per step", "queues"))
     fig.add_trace(go.Scatter(x=tb, y=cols["num_seqs"], name="sequences in batch"), 1, 1)
-    fig.add_trace(go.Scatter(x=tb, y=cols["num_prefill_tokens"], name="prefill tokens"), 1, 1)
-    fig.add_trace(go.Scatter(x=tb, y=cols["num_decode_tokens"], name="decode tokens"), 1, 1)
-    fig.add_trace(go.Scatter(x=tb, y=cols["num_waiting"], name="waiting"), 2, 1)
-    fig.add_trace(go.Scatter(x=tb, y=cols["num_swapped"], name="swapped"), 2, 1)
-    fig.update_layout(title="Engine load", xaxis2_title="simulated time (s)", height=560)
+    fig.add_trace(go.Scatter(x=tb, y=cols["num_running"], name="running (holding KV)"), 1, 1)
+    fig.add_trace(go.Scatter(x=tb, y=cols["num_prefill_tokens"], name="prefill tokens",
+                             stackgroup="tok"), 2, 1)
+    fig.add_trace(go.Scatter(x=tb, y=cols["num_decode_tokens"], name="decode tokens",
+                             stackgroup="tok"), 2, 1)
+    fig.add_trace(go.Scatter(x=tb, y=cols["num_waiting"], name="waiting"), 3, 1)
+    fig.add_trace(go.Scatter(x=tb, y=cols["num_swapped"], name="swapped"), 3, 1)
+    fig.add_trace(go.Scatter(x=tb, y=cols["num_preempted"], name="preempted in step"), 3, 1)
+    fig.update_layout(title="Engine load (binned means)", xaxis3_title="simulated time (s)",
+                      height=720, hovermode="x unified")
     return fig
 
 

@@ -48,6 +48,10 @@ class PagedAllocator:
         B, pool = self.block_size, self.pool
         table = self.block_tables.get(req.request_id)
         total = req.num_computed_tokens + num_cached_tokens + num_new_tokens
+        if table is not None and total <= len(table) * B:  # the hot path: a decode in room
+            if self.prefix_caching:
+                self._cache_full_blocks(req, table, total)
+            return True
         fresh = table is None and req.num_computed_tokens == 0  # an admission: count hits
         if table is None:
             table = []

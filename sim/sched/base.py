@@ -119,12 +119,18 @@ class SchedulerBase:
 
     # -- after the step ---------------------------------------------------------------------
 
-    def update_from_output(self, out: SchedulerOutput, now: float) -> list[Request]:
-        """Advance every scheduled request by its tokens; return those that finished."""
+    def update_from_output(self, out: SchedulerOutput, now: float,
+                           step_start_s: float | None = None) -> list[Request]:
+        """Advance every scheduled request by its tokens; return those that finished.
+
+        ``now`` is when the step ended; ``step_start_s`` when it began (the first step's
+        start is a request's ``admitted_s``; defaults to ``now``).
+        """
         done = []
+        start = now if step_start_s is None else step_start_s
         for req, n in out.scheduled:
             if req.admitted_s is None:
-                req.admitted_s = now  # end of its first step: it has been served
+                req.admitted_s = start
             req.num_computed_tokens += n
             if req.num_computed_tokens == req.num_tokens:  # caught up: sample one token
                 req.num_generated += 1

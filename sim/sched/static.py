@@ -74,8 +74,9 @@ class StaticScheduler(SchedulerBase):
         self.running.remove(req)
         self.done_in_batch.append(req)
 
-    def update_from_output(self, out: SchedulerOutput, now: float) -> list[Request]:
-        done = super().update_from_output(out, now)
+    def update_from_output(self, out: SchedulerOutput, now: float,
+                           step_start_s: float | None = None) -> list[Request]:
+        done = super().update_from_output(out, now, step_start_s)
         if not self.running and self.done_in_batch:  # the batch is over: answers go out
             for member in self.done_in_batch:
                 self._complete(member, now)
