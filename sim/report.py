@@ -103,8 +103,10 @@ def _timeline_figure(requests) -> go.Figure:
     phases = {"queued": "#adb5bd", "prefill (to first token)": "#f59f00", "decode": "#1971c2",
               "done, held in batch": "#e599f7"}
     bars = {k: ([], [], []) for k in phases}  # y, base, length
+    labels = []
     for r in sample:
         y = f"req {r.request_id}" + (f" ({r.num_preemptions} preempt.)" if r.num_preemptions else "")
+        labels.append(y)
         admitted = r.admitted_s if r.admitted_s is not None else r.first_token_s
         spans = (("queued", r.arrival_s, admitted), ("prefill (to first token)", admitted, r.first_token_s),
                  ("decode", r.first_token_s, r.last_token_s), ("done, held in batch", r.last_token_s, r.finish_s))
@@ -119,7 +121,8 @@ def _timeline_figure(requests) -> go.Figure:
                              marker_color=phases[name]))
     fig.update_layout(title=f"Request timeline (a sample of {len(sample)})", barmode="overlay",
                       xaxis_title="simulated time (s)", height=max(400, 14 * len(sample)),
-                      yaxis_autorange="reversed")
+                      yaxis_autorange="reversed", yaxis_categoryorder="array",
+                      yaxis_categoryarray=labels)
     return fig
 
 
