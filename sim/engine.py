@@ -21,7 +21,9 @@ import simpy
 
 from sim.calibration import load_calibration
 from sim.cost import build_cost_model, step_time_s, swap_time_s
+from sim.errors import ConfigError
 from sim.kv import make_allocator
+from sim.kv.token_budget import TokenBudget, TokenEviction
 from sim.kv.swap import SwapSpace
 from sim.memory import MemoryPlan, check_fits_one_sequence, plan_memory
 from sim.metrics import StepLog
@@ -30,7 +32,8 @@ from sim.request import Request
 from sim.scenario import Scenario, WhenKVFull
 from sim.sched import make_scheduler
 from sim.sched.preemption import Preemptor
-from sim.workload import SessionSpec, build_workload
+from sim.sched.victim import RemainingOutputModel, VictimPolicy
+from sim.workload import SessionSpec, build_workload, read_column, sample_lengths
 
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 
@@ -67,12 +70,35 @@ def build_plan(sc: Scenario):
         runtime_overhead_bytes=eng.runtime_overhead_bytes, quant_group_size=eng.kv_quant_group_size,
         num_gpu_blocks_override=eng.num_gpu_blocks_override, source=src,
     )
-    if plan.max_kv_tokens_per_seq < eng.max_model_len:
-        # The allocators do not drop KV outside a sliding window yet (token-level eviction
-        # is its own piece of work), so a sequence may hold all max_model_len tokens.
-        plan = dataclasses.replace(plan, max_kv_tokens_per_seq=eng.max_model_len)
+    budget = token_budget(sc, model)
+    plan = dataclasses.replace(plan, max_kv_tokens_per_seq=budget.kept_tokens(eng.max_model_len))
     check_fits_one_sequence(plan, eng.max_model_len, source=src)
     return model, cal, plan
+
+
+def token_budget(sc: Scenario, model) -> TokenBudget:
+    """The scenario's token-level KV budget; a model's native sliding window applies
+    automatically when the scenario sets none."""
+    budget = sc.kv.token_eviction.budget()
+    window = model.sliding_window
+    if budget.policy == TokenEviction.NONE and window and window < sc.engine.max_model_len:
+        if sc.kv.prefix_caching:
+            raise ConfigError(sc.source_path, "kv.prefix_caching", (
+                f"{model.name} uses sliding-window attention ({window} tokens), whose evicted "
+                "tokens break shared prefixes; prefix caching with it is not modelled: set "
+                f"kv.prefix_caching: false or engine.max_model_len <= {window}"))
+        budget = TokenBudget(TokenEviction.SLIDING_WINDOW, window_tokens=window)
+    return budget
+
+
+def remaining_output_model(sc: Scenario) -> RemainingOutputModel:
+    """The output-length distribution the ``longest-remaining`` victim policy may know:
+    a fresh sample of the workload's distribution (the trace's column for a replay)."""
+    wl = sc.workload
+    if wl.trace is not None:
+        return RemainingOutputModel(read_column(str(sc.resolve(wl.trace.path)), "num_decode_tokens"))
+    rng = np.random.default_rng([sc.seed, 1])  # independent of the workload's own draws
+    return RemainingOutputModel(sample_lengths(wl.output_tokens, 20_000, rng, sc))
 
 
 class Simulation:
@@ -85,9 +111,11 @@ class Simulation:
                                      weight_dtype_bytes=DTYPE_BYTES[sc.engine.weight_dtype],
                                      quant_group_size=sc.engine.kv_quant_group_size)
         plan = self.plan
+        self.budget = token_budget(sc, self.model)
         self.allocator = make_allocator(
             sc.kv.allocator, num_blocks=plan.num_gpu_blocks, block_size=sc.kv.block_size,
-            max_kv_tokens=plan.max_kv_tokens_per_seq, prefix_caching=sc.kv.prefix_caching)
+            max_kv_tokens=plan.max_kv_tokens_per_seq, prefix_caching=sc.kv.prefix_caching,
+            eviction=sc.kv.prefix_cache_eviction, budget=self.budget)
         self.swap = SwapSpace(int(sc.kv.swap_space_gb * 2**30))
         self.preemptor = Preemptor(sc.scheduler.preemption, self.allocator, self.swap,
                                    bytes_per_slot=plan.bytes_per_block / plan.block_size)
@@ -96,7 +124,11 @@ class Simulation:
             max_num_seqs=sc.scheduler.max_num_seqs,
             max_num_batched_tokens=sc.max_num_batched_tokens,
             max_model_len=sc.engine.max_model_len,
-            reject_when_full=sc.scheduler.when_kv_full == WhenKVFull.REJECT)
+            reject_when_full=sc.scheduler.when_kv_full == WhenKVFull.REJECT,
+            victim_policy=sc.scheduler.preemption_victim,
+            remaining=(remaining_output_model(sc)
+                       if sc.scheduler.preemption_victim == VictimPolicy.LONGEST_REMAINING else None),
+            watermark_slots=int(sc.scheduler.watermark * plan.num_gpu_blocks * plan.block_size))
         self.sessions: list[SessionSpec] = build_workload(sc, np.random.default_rng(sc.seed))
         self.requests: list[Request] = []
         self.steps = StepLog()

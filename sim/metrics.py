@@ -5,7 +5,8 @@ pool, each step, after the step's tokens are computed. For every request holding
 with ``held`` slots, ``computed`` tokens and ``final`` tokens once done (the true length,
 known to the metrics only):
 
-* *tokens*: slots holding real KV (each physical slot once, shared prefix blocks too);
+* *tokens*: slots holding real KV (each physical slot once, shared prefix blocks too;
+  under a token budget ``computed`` and ``final`` count kept tokens only);
 * *reserved*: ``min(held, final) - computed``: slots the request will fill later;
 * *internal fragmentation*: ``max(0, held - final)``: slots it holds but never fills;
 * *external fragmentation*: free slots outside the largest free hole (contiguous only);
@@ -35,18 +36,22 @@ class StepLog:
 
     def record(self, now: float, duration: float, out, sched, allocator) -> None:
         reserved = internal = empty = 0
+        kept = allocator.kept_tokens
+        bounded = allocator.budget.max_tokens is not None
         for req in sched.running:
             held = allocator.held_slots(req)
             computed = req.num_computed_tokens
             final = req.final_num_tokens
+            if bounded:  # a token budget: only kept tokens hold KV
+                computed, final = kept(computed), kept(final)
             filled_to = held if held < final else final
             reserved += filled_to - computed
             internal += held - filled_to
             empty += held - computed
         for req in getattr(sched, "done_in_batch", ()):  # static batch padding rows
-            held = allocator.held_slots(req)
-            internal += held - req.num_computed_tokens
-            empty += held - req.num_computed_tokens
+            waste = allocator.held_slots(req) - kept(req.num_computed_tokens)
+            internal += waste
+            empty += waste
         allocated = allocator.num_allocated_slots()
         self.rows.append((
             now, duration, out.num_seqs, out.num_prefill_tokens, out.num_decode_tokens,
@@ -83,6 +88,28 @@ def request_latencies(req) -> tuple[float | None, float | None, float | None]:
     return ttft, tpot, req.finish_s - req.arrival_s
 
 
+def preemption_counters(result) -> dict:
+    p = result.preemptor
+    return {
+        "recompute": p.num_recompute, "swap": p.num_swap,
+        # Every preemption here has one cause: a running request could not grow its KV.
+        "by_cause": {"kv_growth": p.num_recompute + p.num_swap},
+        "swap_fallback_to_recompute": p.num_swap_fallbacks,
+        "recomputed_tokens": p.num_recomputed_tokens,
+        "swap_out_bytes": p.swap_out_bytes, "swap_in_bytes": p.swap_in_bytes,
+        "swap_peak_bytes": result.swap.peak_used_bytes,
+    }
+
+
+def notes(allocator) -> list[str]:
+    """Caveats a reader of this run must know."""
+    out = []
+    if allocator.budget.max_tokens is not None:
+        out.append(f"token-level KV eviction '{allocator.budget.policy}' bounds memory and "
+                   "attention reads; its effect on output quality is not simulated")
+    return out
+
+
 def summarize(result) -> dict:
     """The ``summary.json`` document of a finished run."""
     sc, plan, reqs = result.scenario, result.plan, result.requests
@@ -110,6 +137,7 @@ def summarize(result) -> dict:
     external = steps["kv_external_frag_slots"]
     alloc_busy = float((alloc * dur).sum())
     alloc_cls = result.allocator
+    block_pool = getattr(alloc_cls, "pool", None)
     hit_rate = None
     if getattr(alloc_cls, "prefix_caching", False) and alloc_cls.num_queried_tokens:
         hit_rate = alloc_cls.num_hit_tokens / alloc_cls.num_queried_tokens
@@ -122,7 +150,12 @@ def summarize(result) -> dict:
             "allocator": str(sc.kv.allocator), "prefix_caching": sc.kv.prefix_caching,
             "block_size": sc.kv.block_size, "batching": str(sc.scheduler.policy),
             "preemption": str(sc.scheduler.preemption), "when_kv_full": str(sc.scheduler.when_kv_full),
+            "preemption_victim": str(sc.scheduler.preemption_victim),
+            "watermark": sc.scheduler.watermark,
+            "prefix_cache_eviction": str(sc.kv.prefix_cache_eviction),
+            "token_eviction": str(alloc_cls.budget.policy),
         },
+        "notes": notes(alloc_cls),
         "requests": {
             "arrived": len(reqs), "completed": len(done), "rejected": len(rejected),
             "in_flight": len(reqs) - len(done) - len(rejected), "rejected_by_reason": reasons,
@@ -154,12 +187,14 @@ def summarize(result) -> dict:
                 float(((alloc - token) * dur).sum() / alloc_busy) if alloc_busy > 0 else 0.0),
             "prefix_cache_hit_rate": hit_rate,
             "prefix_cache_hit_tokens": getattr(alloc_cls, "num_hit_tokens", 0),
+            "prefill_tokens_saved": getattr(alloc_cls, "num_hit_tokens", 0),
+            "prefix_cache_evictions": block_pool.num_evictions if block_pool is not None else 0,
+            "token_eviction": str(alloc_cls.budget.policy),
+            "max_kv_tokens_per_request": plan.max_kv_tokens_per_seq,
+            "tokens_evicted": sum(
+                r.num_computed_tokens - alloc_cls.kept_tokens(r.num_computed_tokens) for r in done),
         },
-        "preemptions": {
-            "recompute": result.preemptor.num_recompute, "swap": result.preemptor.num_swap,
-            "recomputed_tokens": result.preemptor.num_recomputed_tokens,
-            "swap_peak_bytes": result.swap.peak_used_bytes,
-        },
+        "preemptions": preemption_counters(result),
         "engine": {
             "num_steps": len(dur), "busy_s": busy, "simulated_s": result.end_s,
             "peak_running": int(steps["num_running"].max()) if dur.size else 0,

@@ -8,8 +8,10 @@ Schema (see README.md, "Scenario reference", for the full table)::
 
     name, description, seed, model, gpu
     engine:    max_model_len, gpu_memory_utilization, weight_dtype, kv_dtype, ...
-    kv:        allocator, block_size, prefix_caching, swap_space_gb
-    scheduler: policy, max_num_seqs, max_num_batched_tokens, preemption, when_kv_full
+    kv:        allocator, block_size, prefix_caching, prefix_cache_eviction,
+               token_eviction {policy, window_tokens, sink_tokens, heavy_tokens}, swap_space_gb
+    scheduler: policy, max_num_seqs, max_num_batched_tokens, preemption,
+               preemption_victim, watermark, when_kv_full
     workload:  num_requests | duration_s, arrival | trace, prompt_tokens, output_tokens,
                max_tokens, shared_prefix, conversation
     slo:       ttft_s, tpot_s
@@ -17,7 +19,6 @@ Schema (see README.md, "Scenario reference", for the full table)::
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -25,6 +26,17 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sim.errors import ConfigError
+from sim.kv import AllocatorKind
+from sim.kv.eviction import PrefixEviction
+from sim.kv.token_budget import TokenBudget, TokenEviction
+from sim.sched import BatchingPolicy, WhenKVFull
+from sim.sched.preemption import PreemptionMode
+from sim.sched.victim import VictimPolicy
+
+__all__ = [  # the policy choices are defined next to their policies, re-exported here
+    "AllocatorKind", "BatchingPolicy", "PreemptionMode", "PrefixEviction", "TokenEviction",
+    "VictimPolicy", "WhenKVFull", "Scenario", "load_scenario", "parse_scenario",
+]
 
 PosInt = Annotated[int, Field(gt=0)]
 PosFloat = Annotated[float, Field(gt=0)]
@@ -40,34 +52,6 @@ class _Frozen(BaseModel):
 
 
 # ----------------------------------------------------------------------------- choices
-
-
-class AllocatorKind(StrEnum):
-    CONTIGUOUS_STATIC = "contiguous-static"
-    CONTIGUOUS_EXACT = "contiguous-exact"
-    PAGED = "paged"
-
-
-class BatchingPolicy(StrEnum):
-    STATIC = "static"
-    CONTINUOUS = "continuous"
-    CHUNKED_PREFILL = "chunked-prefill"
-
-
-class PreemptionMode(StrEnum):
-    RECOMPUTE = "recompute"
-    SWAP = "swap"
-
-
-class WhenKVFull(StrEnum):
-    """What admission does when a new request's KV does not fit right now.
-
-    ``queue`` waits (vLLM); ``reject`` fails the request with reason ``kv_cache_full``,
-    as a naive server that pre-allocates and OOMs would.
-    """
-
-    QUEUE = "queue"
-    REJECT = "reject"
 
 
 DtypeName = Literal["fp16", "bf16", "fp8", "int8", "int4"]
@@ -220,16 +204,50 @@ class EngineConfig(_Frozen):
     num_gpu_blocks_override: PosInt | None = None
 
 
+class TokenEvictionConfig(_Frozen):
+    """Per-request KV budget (``sim/kv/token_budget.py``). ``window_tokens`` is the recent
+    window W; ``sink_tokens`` S for ``streaming``; ``heavy_tokens`` H for ``h2o-budget``."""
+
+    policy: _choice(TokenEviction) = TokenEviction.NONE
+    window_tokens: Annotated[int, Field(ge=0)] = 0
+    sink_tokens: Annotated[int, Field(ge=0)] = 0
+    heavy_tokens: Annotated[int, Field(ge=0)] = 0
+
+    @model_validator(mode="after")
+    def _needs_sizes(self):
+        needs = {
+            TokenEviction.NONE: (),
+            TokenEviction.SLIDING_WINDOW: ("window_tokens",),
+            TokenEviction.STREAMING: ("sink_tokens", "window_tokens"),
+            TokenEviction.H2O_BUDGET: ("heavy_tokens", "window_tokens"),
+        }[self.policy]
+        for key in needs:
+            if getattr(self, key) <= 0:
+                raise ValueError(f"policy '{self.policy}' needs a positive {key}")
+        for key in ("window_tokens", "sink_tokens", "heavy_tokens"):
+            if key not in needs and getattr(self, key):
+                raise ValueError(f"{key} has no effect with policy '{self.policy}'")
+        return self
+
+    def budget(self) -> TokenBudget:
+        return TokenBudget(self.policy, self.window_tokens, self.sink_tokens, self.heavy_tokens)
+
+
 class KVConfig(_Frozen):
     allocator: _choice(AllocatorKind) = AllocatorKind.PAGED
     block_size: PosInt = 16
     prefix_caching: bool = False
+    prefix_cache_eviction: _choice(PrefixEviction) = PrefixEviction.LRU
+    token_eviction: TokenEvictionConfig = TokenEvictionConfig()
     swap_space_gb: Annotated[float, Field(ge=0)] = 4.0
 
     @model_validator(mode="after")
     def _caching_needs_paged(self):
         if self.prefix_caching and self.allocator != AllocatorKind.PAGED:
             raise ValueError("prefix_caching needs allocator 'paged'")
+        if self.prefix_caching and self.token_eviction.policy != TokenEviction.NONE:
+            raise ValueError("prefix_caching cannot be combined with token_eviction "
+                             "(evicted tokens break the shared prefix)")
         return self
 
 
@@ -238,6 +256,8 @@ class SchedulerConfig(_Frozen):
     max_num_seqs: PosInt = 256
     max_num_batched_tokens: PosInt | None = None  # None: 8192, or max_model_len if larger and not chunked
     preemption: _choice(PreemptionMode) = PreemptionMode.RECOMPUTE
+    preemption_victim: _choice(VictimPolicy) = VictimPolicy.LIFO
+    watermark: Annotated[float, Field(ge=0, lt=0.5)] = 0.0  # pool share kept free at admission
     when_kv_full: _choice(WhenKVFull) = WhenKVFull.QUEUE
 
 

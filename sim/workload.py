@@ -47,7 +47,7 @@ class SessionSpec:
 
 
 @lru_cache(maxsize=16)
-def _read_column(path: str, column: str) -> np.ndarray:
+def read_column(path: str, column: str) -> np.ndarray:
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
         if reader.fieldnames is None or column not in reader.fieldnames:
@@ -74,7 +74,7 @@ def sample_lengths(dist, n: int, rng: np.random.Generator, sc: Scenario) -> np.n
         weights = support ** -dist.a
         raw = rng.choice(support, size=n, p=weights / weights.sum())
     elif isinstance(dist, EmpiricalLength):
-        values = _read_column(str(sc.resolve(dist.path)), dist.column)
+        values = read_column(str(sc.resolve(dist.path)), dist.column)
         raw = rng.choice(values, size=n)
     else:  # pragma: no cover - the scenario schema admits nothing else
         raise TypeError(f"unknown length distribution {dist!r}")
@@ -127,7 +127,7 @@ def arrival_times(sc: Scenario, rng: np.random.Generator) -> np.ndarray:
 
 def _read_trace(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     cols = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
-    data = [_read_column(str(path), c) for c in cols]
+    data = [read_column(str(path), c) for c in cols]
     arrived = data[0]
     if np.any(np.diff(arrived) < 0):
         raise ConfigError(str(path), "arrived_at", "arrival times must be non-decreasing")

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from sim.kv.contiguous import ContiguousAllocator
+from sim.kv.eviction import PrefixEviction
 from sim.kv.paged import PagedAllocator
-from sim.scenario import AllocatorKind
+from sim.kv.token_budget import TokenBudget
+
+
+class AllocatorKind(StrEnum):
+    CONTIGUOUS_STATIC = "contiguous-static"
+    CONTIGUOUS_EXACT = "contiguous-exact"
+    PAGED = "paged"
 
 
 def make_allocator(kind: AllocatorKind, *, num_blocks: int, block_size: int,
-                   max_kv_tokens: int, prefix_caching: bool = False):
+                   max_kv_tokens: int, prefix_caching: bool = False,
+                   eviction: PrefixEviction = PrefixEviction.LRU,
+                   budget: TokenBudget = TokenBudget()):
     """The one place an ``AllocatorKind`` becomes an object. The pool has
     ``num_blocks * block_size`` token slots for every kind, so kinds compare fairly."""
     if kind == AllocatorKind.PAGED:
-        return PagedAllocator(num_blocks, block_size, prefix_caching)
+        return PagedAllocator(num_blocks, block_size, prefix_caching, eviction, budget)
     exact = kind == AllocatorKind.CONTIGUOUS_EXACT
-    return ContiguousAllocator(num_blocks * block_size, max_kv_tokens, exact=exact)
+    return ContiguousAllocator(num_blocks * block_size, max_kv_tokens, exact=exact, budget=budget)

@@ -26,11 +26,16 @@ class KVAllocator(Protocol):
         computed, so the step can sample. Claims nothing.
         """
 
-    def allocate_slots(self, req: Request, num_new_tokens: int, num_cached_tokens: int = 0) -> bool:
+    def allocate_slots(self, req: Request, num_new_tokens: int, num_cached_tokens: int = 0,
+                       keep_free_slots: int = 0) -> bool:
         """Make ``req`` hold slots for ``num_computed_tokens + num_cached_tokens +
-        num_new_tokens`` tokens. ``num_cached_tokens > 0`` only on admission, with the
-        value ``lookup_prefix`` just gave: those blocks are shared, not copied.
-        Returns False, changing nothing, when the pool cannot supply the room."""
+        num_new_tokens`` tokens (those it keeps, under a token budget). ``num_cached_tokens
+        > 0`` only on admission, with the value ``lookup_prefix`` just gave: those blocks
+        are shared, not copied. Returns False, changing nothing, when the pool cannot
+        supply the room while leaving ``keep_free_slots`` free (the admission watermark)."""
+
+    def kept_tokens(self, num_tokens: int) -> int:
+        """How many of a sequence's ``num_tokens`` computed tokens keep their KV."""
 
     def free(self, req: Request) -> None:
         """Return everything ``req`` holds (a no-op if it holds nothing)."""

@@ -5,31 +5,31 @@ Contract, as in vLLM v1's ``BlockPool``:
 
 * Every block is either *in use* (``ref_cnt > 0``) or in the *free queue* (``ref_cnt ==
   0``), never both: ``num_free + num_in_use == num_blocks`` at all times.
-* The free queue is ordered by eviction priority: the front is reused first. A freed
-  block goes to the back, so the least recently freed block is evicted first (LRU).
-  Callers free a request's blocks tail first, so within one request the tail blocks sit
-  nearer the front and are evicted before the prefix that others are likelier to share.
+* The free queue is ordered by eviction priority: its front is reused first. The order
+  is a policy (``eviction.py``; vLLM's LRU by default: a freed block goes to the back, so
+  the least recently freed is evicted first). Callers free a request's blocks tail first,
+  so the tail blocks go before the prefix that others are likelier to share.
 * A free block may still carry a hash and be found by ``get_cached``; ``touch`` takes it
   out of the free queue again. Reusing a block for new content (``pop_free``) drops its
   hash: that is an eviction.
 
-The queue is an ``OrderedDict`` (O(1) removal from the middle on a cache hit, O(1) pop
-from the front), standing in for vLLM's doubly linked list.
+The LRU queue is an ``OrderedDict`` (O(1) removal from the middle on a cache hit, O(1)
+pop from the front), standing in for vLLM's doubly linked list.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from sim.kv.eviction import PrefixEviction, make_free_queue
 
 
 class BlockPool:
-    def __init__(self, num_blocks: int) -> None:
+    def __init__(self, num_blocks: int, eviction: PrefixEviction = PrefixEviction.LRU) -> None:
         if num_blocks <= 0:
             raise ValueError(f"num_blocks must be positive, got {num_blocks}")
         self.num_blocks = num_blocks
         self.ref_cnt = [0] * num_blocks
         self.block_hash: list[int | None] = [None] * num_blocks
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self._free = make_free_queue(eviction, num_blocks)
         self._cached: dict[int, int] = {}  # hash -> block id
         self.num_cached_free = 0  # free blocks that still carry a hash
         self.num_evictions = 0
@@ -40,7 +40,7 @@ class BlockPool:
 
     def pop_free(self) -> int:
         """Take the front of the free queue for new content (evicting its cached hash)."""
-        block, _ = self._free.popitem(last=False)
+        block = self._free.pop()
         h = self.block_hash[block]
         if h is not None:
             self.num_cached_free -= 1
@@ -57,23 +57,26 @@ class BlockPool:
     def touch(self, block: int) -> None:
         """Share a cached block with one more request (reviving it if it was free)."""
         if self.ref_cnt[block] == 0:
-            del self._free[block]
+            self._free.remove(block)
             self.num_cached_free -= 1
         self.ref_cnt[block] += 1
+        self._free.on_hit(block)
 
     def cache(self, block: int, h: int) -> None:
         """Register a full, computed block under its chained hash (first writer wins)."""
         if self.block_hash[block] is None and h not in self._cached:
             self.block_hash[block] = h
             self._cached[h] = block
+            self._free.on_cached(block)
 
     def release(self, blocks: list[int]) -> None:
         """Drop one reference from each block, in the order given (pass tail first)."""
         for block in blocks:
             self.ref_cnt[block] -= 1
             if self.ref_cnt[block] == 0:
-                self._free[block] = None
-                if self.block_hash[block] is not None:
+                cached = self.block_hash[block] is not None
+                self._free.push(block, cached)
+                if cached:
                     self.num_cached_free += 1
 
     def free_order(self) -> list[int]:

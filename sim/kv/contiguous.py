@@ -9,23 +9,28 @@ Each admitted request reserves one contiguous extent of the pool, sized up front
   fragmentation). Placement is first-fit by address.
 
 The reservation is held until the request finishes or is preempted; it never grows.
+With a token budget (``token_budget.py``) the extent is a ring buffer of at most the
+budget's tokens.
 """
 
 from __future__ import annotations
 
 import bisect
 
+from sim.kv.token_budget import TokenBudget
 from sim.request import Request
 
 
 class ContiguousAllocator:
     block_size = 1
 
-    def __init__(self, num_slots: int, max_kv_tokens: int, exact: bool) -> None:
+    def __init__(self, num_slots: int, max_kv_tokens: int, exact: bool,
+                 budget: TokenBudget = TokenBudget()) -> None:
         if num_slots <= 0:
             raise ValueError(f"num_slots must be positive, got {num_slots}")
         self.num_total_slots = num_slots
-        self.max_kv_tokens = max_kv_tokens
+        self.budget = budget
+        self.max_kv_tokens = budget.kept_tokens(max_kv_tokens)
         self.exact = exact
         self._starts: list[int] = []  # sorted extent starts
         self._extents: dict[int, tuple[int, int]] = {}  # request_id -> (start, size)
@@ -34,8 +39,12 @@ class ContiguousAllocator:
 
     def reservation(self, req: Request) -> int:
         if self.exact:
-            return min(req.num_prompt_tokens + req.max_tokens, self.max_kv_tokens)
+            return self.budget.kept_tokens(min(req.num_prompt_tokens + req.max_tokens, self.max_kv_tokens))
         return self.max_kv_tokens
+
+    def kept_tokens(self, num_tokens: int) -> int:
+        """Tokens of a ``num_tokens``-token sequence whose KV is kept."""
+        return self.budget.kept_tokens(num_tokens)
 
     def lookup_prefix(self, req: Request) -> int:
         return 0
@@ -48,14 +57,17 @@ class ContiguousAllocator:
             cursor = start + self._size_at[start]
         return cursor if self.num_total_slots - cursor >= size else None
 
-    def allocate_slots(self, req: Request, num_new_tokens: int, num_cached_tokens: int = 0) -> bool:
+    def allocate_slots(self, req: Request, num_new_tokens: int, num_cached_tokens: int = 0,
+                       keep_free_slots: int = 0) -> bool:
         extent = self._extents.get(req.request_id)
-        needed = req.num_computed_tokens + num_cached_tokens + num_new_tokens
+        needed = self.budget.kept_tokens(req.num_computed_tokens + num_cached_tokens + num_new_tokens)
         if extent is not None:
             assert needed <= extent[1], "a contiguous reservation never grows"
             return True
         size = self.reservation(req)
         assert needed <= size, "reservation smaller than the request's tokens"
+        if self.num_total_slots - self._allocated - size < keep_free_slots:
+            return False
         start = self._first_fit(size)
         if start is None:
             return False

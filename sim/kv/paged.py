@@ -4,27 +4,39 @@ Policy over :class:`BlockPool`. A request holds ``ceil(tokens / block_size)`` bl
 only waste is the unfilled tail of its last block. With ``prefix_caching`` (vLLM v1's
 automatic prefix caching), every full block gets a chained hash once its tokens are known;
 a new request reuses the longest run of cached blocks at the start of its prompt, sharing
-them by reference count. Freed blocks keep their hash in the LRU free queue until reused.
+them by reference count. Freed blocks keep their hash in the free queue until reused
+(evicted in LRU, LFU or FIFO order: ``eviction.py``). With a token budget
+(``token_budget.py``) a request holds only the blocks of the tokens it keeps, and gives
+back its oldest droppable blocks as it grows.
 """
 
 from __future__ import annotations
 
 from sim.kv.block_pool import BlockPool
+from sim.kv.eviction import PrefixEviction
 from sim.kv.hashing import extend_block_hashes
+from sim.kv.token_budget import TokenBudget, TokenEviction
 from sim.request import Request
 
 
 class PagedAllocator:
-    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False) -> None:
+    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False,
+                 eviction: PrefixEviction = PrefixEviction.LRU,
+                 budget: TokenBudget = TokenBudget()) -> None:
         if block_size <= 0:
             raise ValueError(f"block_size must be positive, got {block_size}")
-        self.pool = BlockPool(num_blocks)
+        if prefix_caching and budget.policy != TokenEviction.NONE:
+            raise ValueError("prefix caching cannot be combined with token-level KV eviction")
+        self.pool = BlockPool(num_blocks, eviction)
         self.block_size = block_size
         self.num_total_slots = num_blocks * block_size
         self.prefix_caching = prefix_caching
-        self.block_tables: dict[int, list[int]] = {}
+        self.budget = budget
+        self._bounded = budget.policy != TokenEviction.NONE
+        self.block_tables: dict[int, list[int]] = {}  # live blocks only, oldest first
         self.num_queried_tokens = 0  # prompt tokens looked up at admissions
         self.num_hit_tokens = 0  # of which served by the cache
+        self.num_dropped_blocks = 0  # blocks given back by token-level eviction
         self._num_registered: dict[int, int] = {}  # request_id -> blocks hashed so far
 
     # -- prefix cache ---------------------------------------------------------------------
@@ -44,44 +56,57 @@ class PagedAllocator:
 
     # -- allocation -----------------------------------------------------------------------
 
-    def allocate_slots(self, req: Request, num_new_tokens: int, num_cached_tokens: int = 0) -> bool:
+    def allocate_slots(self, req: Request, num_new_tokens: int, num_cached_tokens: int = 0,
+                       keep_free_slots: int = 0) -> bool:
         B, pool = self.block_size, self.pool
         table = self.block_tables.get(req.request_id)
         total = req.num_computed_tokens + num_cached_tokens + num_new_tokens
-        if table is not None and total <= len(table) * B:  # the hot path: a decode in room
-            if self.prefix_caching:
-                self._cache_full_blocks(req, table, total)
-            return True
-        fresh = table is None and req.num_computed_tokens == 0  # an admission: count hits
+        if not self._bounded:
+            target = -(-total // B)
+            if table is not None and target <= len(table):  # the hot path: a decode in room
+                if self.prefix_caching:
+                    self._cache_full_blocks(req, table, total)
+                return True
+        else:
+            target = self.budget.num_blocks(total, B)
+        fresh = table is None and req.num_computed_tokens == 0  # an admission
         if table is None:
             table = []
-        if fresh:
-            self.num_queried_tokens += req.num_tokens
-            self.num_hit_tokens += num_cached_tokens
         cached_blocks: list[int] = []
         if num_cached_tokens:
             assert not table and num_cached_tokens % B == 0, "cache hits only on admission"
             cached_blocks = [pool.get_cached(h) for h in req.block_hashes[: num_cached_tokens // B]]
-        need = -(-total // B) - len(table) - len(cached_blocks)
-        if need > 0 or cached_blocks:
-            # Cached blocks sitting in the free queue stop being free once touched.
-            revived = sum(1 for b in cached_blocks if pool.ref_cnt[b] == 0)
-            if need > pool.num_free - revived:
-                if fresh:
-                    self.num_queried_tokens -= req.num_tokens  # nothing was admitted
-                    self.num_hit_tokens -= num_cached_tokens
-                return False
-            for b in cached_blocks:
-                pool.touch(b)
-            table.extend(cached_blocks)
-            for _ in range(need):
-                table.append(pool.pop_free())
-            self.block_tables[req.request_id] = table
-        elif req.request_id not in self.block_tables:
-            self.block_tables[req.request_id] = table
+        need = target - len(table) - len(cached_blocks)
+        # Cached blocks sitting in the free queue stop being free once touched.
+        revived = sum(1 for b in cached_blocks if pool.ref_cnt[b] == 0)
+        if need > pool.num_free - revived - -(-keep_free_slots // B):
+            return False
+        if fresh:
+            self.num_queried_tokens += req.num_tokens
+            self.num_hit_tokens += num_cached_tokens
+        for b in cached_blocks:
+            pool.touch(b)
+        table.extend(cached_blocks)
+        for _ in range(need):
+            table.append(pool.pop_free())
+        if need < 0:
+            self._drop_blocks(table, -need)
+        self.block_tables[req.request_id] = table
         if self.prefix_caching:
             self._cache_full_blocks(req, table, total)
         return True
+
+    def _drop_blocks(self, table: list[int], count: int) -> None:
+        """Give back the ``count`` oldest droppable blocks (token-level eviction)."""
+        first = self.budget.first_droppable_block(self.block_size)
+        dropped = table[first:first + count]
+        del table[first:first + count]
+        self.pool.release(dropped[::-1])
+        self.num_dropped_blocks += count
+
+    def kept_tokens(self, num_tokens: int) -> int:
+        """Tokens of a ``num_tokens``-token sequence whose KV is kept."""
+        return self.budget.kept_tokens(num_tokens)
 
     def _cache_full_blocks(self, req: Request, table: list[int], num_tokens: int) -> None:
         """Hash the blocks that will be full once this step has computed ``num_tokens``."""
@@ -115,7 +140,7 @@ class PagedAllocator:
         return self.pool.num_cached_free * self.block_size
 
     def fits_alone(self, num_tokens: int, req: Request) -> bool:
-        return -(-num_tokens // self.block_size) <= self.pool.num_blocks
+        return self.budget.num_blocks(num_tokens, self.block_size) <= self.pool.num_blocks
 
     def check_invariants(self) -> None:
         self.pool.check_invariants()

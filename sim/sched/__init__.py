@@ -3,9 +3,27 @@
 
 from __future__ import annotations
 
-from sim.scenario import BatchingPolicy
+from enum import StrEnum
+
 from sim.sched.continuous import ContinuousScheduler
 from sim.sched.static import StaticScheduler
+
+
+class BatchingPolicy(StrEnum):
+    STATIC = "static"
+    CONTINUOUS = "continuous"
+    CHUNKED_PREFILL = "chunked-prefill"
+
+
+class WhenKVFull(StrEnum):
+    """What admission does when a new request's KV does not fit right now.
+
+    ``queue`` waits (vLLM); ``reject`` fails the request with reason ``kv_cache_full``,
+    as a naive server that pre-allocates and OOMs would.
+    """
+
+    QUEUE = "queue"
+    REJECT = "reject"
 
 
 def make_scheduler(policy: BatchingPolicy, allocator, preemptor, **limits):

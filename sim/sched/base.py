@@ -17,17 +17,23 @@ from collections import deque
 from sim.request import Request, RequestStatus
 from sim.sched.output import SchedulerOutput
 from sim.sched.preemption import Preemptor
+from sim.sched.victim import RemainingOutputModel, VictimPolicy, pick_victim
 
 
 class SchedulerBase:
     def __init__(self, allocator, preemptor: Preemptor, *, max_num_seqs: int,
-                 max_num_batched_tokens: int, max_model_len: int, reject_when_full: bool) -> None:
+                 max_num_batched_tokens: int, max_model_len: int, reject_when_full: bool,
+                 victim_policy: VictimPolicy = VictimPolicy.LIFO,
+                 remaining: RemainingOutputModel | None = None, watermark_slots: int = 0) -> None:
         self.allocator = allocator
         self.preemptor = preemptor
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
         self.reject_when_full = reject_when_full
+        self.victim_policy = victim_policy
+        self.remaining = remaining
+        self.watermark_slots = watermark_slots  # kept free at admission (vLLM V0's watermark)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.swapped: deque[Request] = deque()
@@ -62,6 +68,13 @@ class SchedulerBase:
         return bool(self.waiting or self.running or self.swapped)
 
     # -- shared scheduling phases -----------------------------------------------------------
+
+    def _pop_victim(self, order: list[Request], first: int) -> Request:
+        """Remove and return the victim among ``order[first:]`` (not yet scheduled)."""
+        candidates = order[first:]
+        victim = pick_victim(self.victim_policy, candidates, self.allocator.held_slots, self.remaining)
+        order.remove(victim)
+        return victim
 
     def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
         self.running.remove(victim)
@@ -101,7 +114,10 @@ class SchedulerBase:
                 if not chunked:
                     break
                 n = budget
-            if not alloc.allocate_slots(req, n, cached):
+            # The watermark protects running requests' growth; with none running it is
+            # waived, so a request that needs more than the rest of the pool still runs.
+            keep_free = self.watermark_slots if self.running else 0
+            if not alloc.allocate_slots(req, n, cached, keep_free_slots=keep_free):
                 if self.reject_when_full:
                     self.waiting.popleft()
                     self._reject(req, "kv_cache_full")

@@ -4,9 +4,9 @@ vLLM v1's rules, over one token budget (``max_num_batched_tokens``) per step:
 
 1. Running requests first, in priority order. Each gets its remaining tokens (one for
    a decode; a chunk of the prompt for a partial prefill), capped by the budget. If the
-   allocator cannot make room, the lowest-priority running request not yet scheduled
-   this step is preempted, and the allocation retried; if that victim is the request
-   itself, it is preempted and the pass ends.
+   allocator cannot make room, a victim among the running requests not yet scheduled
+   this step is preempted (``victim.py``: the most recently admitted by default), and
+   the allocation retried; if the victim is the request itself, the pass ends.
 2. Then swapped requests come back, if nothing was preempted this step.
 3. Then waiting requests are admitted FCFS, if nothing was preempted this step, while
    ``max_num_seqs`` and the budget allow.
@@ -47,7 +47,7 @@ class ContinuousScheduler(SchedulerBase):
             req = order[i]
             n = min(req.num_tokens - req.num_computed_tokens, budget)
             while not alloc.allocate_slots(req, n):
-                victim = order.pop()  # lowest priority not yet scheduled (maybe req itself)
+                victim = self._pop_victim(order, i)  # not yet scheduled (maybe req itself)
                 self._preempt(victim, out)
                 if victim is req:
                     break
@@ -60,7 +60,7 @@ class ContinuousScheduler(SchedulerBase):
         return budget
 
     def schedule(self) -> SchedulerOutput:
-        out = SchedulerOutput()
+        out = SchedulerOutput(budget=self.allocator.budget)
         budget = self._schedule_running(out, self.max_num_batched_tokens)
         if not out.preempted:
             budget = self._swap_in(out, budget)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sim.kv.token_budget import TokenBudget
 from sim.request import Request
 
 
@@ -30,22 +31,33 @@ class SchedulerOutput:
     swap_out_bytes: int = 0
     swap_in_bytes: int = 0
     rejected: list[Request] = field(default_factory=list)
+    # Token-level KV eviction bounds what attention reads (kept tokens only).
+    budget: TokenBudget = field(default_factory=TokenBudget)
+
+    def __post_init__(self) -> None:
+        self._cap = self.budget.max_tokens
 
     def add(self, req: Request, num_new_tokens: int) -> None:
         self.scheduled.append((req, num_new_tokens))
         cached = req.num_computed_tokens
+        cap = self._cap
         if num_new_tokens == 1 and req.num_generated > 0 and cached == req.num_tokens - 1:
             self.num_decode_tokens += 1
-            self.decode_kv_tokens += cached + 1
+            self.decode_kv_tokens += cached + 1 if cap is None or cached < cap else cap
         else:
             self.num_prefill_tokens += num_new_tokens
-            self.prefill_attn_pairs += num_new_tokens * (cached + (num_new_tokens + 1) / 2)
-            self.prefill_kv_tokens += cached + num_new_tokens
+            total = cached + num_new_tokens
+            if cap is None:
+                self.prefill_attn_pairs += num_new_tokens * (cached + (num_new_tokens + 1) / 2)
+                self.prefill_kv_tokens += total
+            else:
+                self.prefill_attn_pairs += self.budget.attended_pairs(cached, num_new_tokens)
+                self.prefill_kv_tokens += min(total, cap)
 
     def add_padding(self, context_tokens: int) -> None:
         """A finished member of a static batch still occupies a decode row."""
         self.decode_padding_seqs += 1
-        self.decode_kv_tokens += context_tokens
+        self.decode_kv_tokens += self.budget.kept_tokens(context_tokens)
 
     @property
     def num_seqs(self) -> int:

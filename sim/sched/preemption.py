@@ -13,11 +13,16 @@ scheduled this step: the most recently admitted, as vLLM does).
 from __future__ import annotations
 
 from collections import deque
+from enum import StrEnum
 
 from sim.kv.swap import SwapSpace
 from sim.request import Request, RequestStatus
-from sim.scenario import PreemptionMode
 from sim.sched.output import SchedulerOutput
+
+
+class PreemptionMode(StrEnum):
+    RECOMPUTE = "recompute"
+    SWAP = "swap"
 
 
 class Preemptor:
@@ -29,6 +34,9 @@ class Preemptor:
         self.num_recompute = 0
         self.num_swap = 0
         self.num_recomputed_tokens = 0  # KV tokens thrown away by recompute preemption
+        self.num_swap_fallbacks = 0  # swap wanted, swap space full: recomputed instead
+        self.swap_out_bytes = 0
+        self.swap_in_bytes = 0
 
     def held_bytes(self, req: Request) -> int:
         return int(self.allocator.held_slots(req) * self.bytes_per_slot)
@@ -45,8 +53,10 @@ class Preemptor:
                 self.num_swap += 1
                 out.swapped_out.append(req)
                 out.swap_out_bytes += num_bytes
+                self.swap_out_bytes += num_bytes
                 swapped.append(req)
                 return
+            self.num_swap_fallbacks += 1
         self.allocator.free(req)
         self.num_recompute += 1
         self.num_recomputed_tokens += req.num_computed_tokens
@@ -58,6 +68,8 @@ class Preemptor:
         """Bring a swapped request back with room for ``num_new_tokens`` more tokens."""
         if not self.allocator.allocate_slots(req, num_new_tokens):
             return False
-        out.swap_in_bytes += self.swap.release(req.request_id)
+        num_bytes = self.swap.release(req.request_id)
+        out.swap_in_bytes += num_bytes
+        self.swap_in_bytes += num_bytes
         out.swapped_in.append(req)
         return True

@@ -22,7 +22,7 @@ class StaticScheduler(SchedulerBase):
         self.done_in_batch: list[Request] = []  # finished members kept as padding
 
     def schedule(self) -> SchedulerOutput:
-        out = SchedulerOutput()
+        out = SchedulerOutput(budget=self.allocator.budget)
         if self.running:
             self._decode_batch(out)
         else:
@@ -37,7 +37,7 @@ class StaticScheduler(SchedulerBase):
             req = order[i]
             n = req.num_tokens - req.num_computed_tokens
             while not self.allocator.allocate_slots(req, n):
-                victim = order.pop()  # paged KV can run out mid-batch: preempt the newest
+                victim = self._pop_victim(order, i)  # paged KV can run out mid-batch
                 self._preempt(victim, out)
                 if victim is req:
                     break
@@ -57,7 +57,8 @@ class StaticScheduler(SchedulerBase):
             n = req.num_tokens - req.num_computed_tokens
             if max(longest, n) * (len(out.scheduled) + 1) > budget:
                 break
-            if not alloc.allocate_slots(req, n):
+            keep_free = self.watermark_slots if self.running else 0  # see _admit_waiting
+            if not alloc.allocate_slots(req, n, keep_free_slots=keep_free):
                 if not self.reject_when_full:
                     break
                 self.waiting.popleft()

@@ -98,7 +98,7 @@ class CheckingStepLog(StepLog):
         assert row["cached"] <= free
         for req in sched.running:
             assert req.num_computed_tokens < req.num_tokens  # unfinished: one token to compute
-            assert allocator.held_slots(req) >= req.num_computed_tokens
+            assert allocator.held_slots(req) >= allocator.kept_tokens(req.num_computed_tokens)
         for req in list(sched.waiting) + list(sched.swapped):
             assert allocator.held_slots(req) == 0  # nothing leaks from preempted requests
         for req in sched.swapped:

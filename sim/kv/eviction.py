@@ -1,0 +1,145 @@
+"""Prefix-cache eviction: the order in which free blocks are reused.
+
+A free block may still hold a cached prefix (it has a hash): reusing it for new content
+evicts that prefix. The free queue's order is the eviction policy; the block pool
+(``block_pool.py``) is the mechanism and calls these hooks:
+
+* ``push(block, cached)`` when a block's last reference is dropped (the caller frees a
+  request's blocks tail first), ``remove(block)`` when a cache hit revives it, ``pop()``
+  to take the next block to reuse;
+* ``on_cached(block)`` when a block gets a hash, ``on_hit(block)`` on every cache hit.
+
+Policies:
+
+* ``lru`` (vLLM v1): one queue in the order blocks were freed; the least recently freed is
+  reused first, cached or not. Freeing tail first puts a request's tail blocks nearer the
+  front, so they go before the prefix others are likelier to share.
+* ``fifo``: blocks holding nothing reusable go first; then cached blocks in the order
+  they entered the cache, however often they were hit since.
+* ``lfu``: blocks holding nothing reusable go first; then the cached block with the fewest
+  hits, ties broken least recently freed first.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from enum import StrEnum
+from typing import Iterator
+
+
+class PrefixEviction(StrEnum):
+    LRU = "lru"
+    LFU = "lfu"
+    FIFO = "fifo"
+
+
+class LRUQueue:
+    def __init__(self, blocks: range) -> None:
+        self._q: OrderedDict[int, None] = OrderedDict.fromkeys(blocks)
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+    def __contains__(self, block: int) -> bool:
+        return block in self._q
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._q)
+
+    def push(self, block: int, cached: bool) -> None:
+        self._q[block] = None
+
+    def remove(self, block: int) -> None:
+        del self._q[block]
+
+    def pop(self) -> int:
+        return self._q.popitem(last=False)[0]
+
+    def on_cached(self, block: int) -> None:
+        pass
+
+    def on_hit(self, block: int) -> None:
+        pass
+
+
+class _KeyedQueue:
+    """Uncached free blocks first (in freeing order), then cached ones by ``_key``.
+
+    Cached entries live in a heap with lazy deletion: ``_live[block]`` is the entry that
+    counts; stale heap entries are skipped when popped.
+    """
+
+    def __init__(self, blocks: range) -> None:
+        self._plain: OrderedDict[int, None] = OrderedDict.fromkeys(blocks)
+        self._heap: list[tuple] = []
+        self._live: dict[int, tuple] = {}
+        self._clock = 0  # counts pushes: "freed when"
+        self._cached_seq: dict[int, int] = {}
+        self._hits: dict[int, int] = {}
+
+    def _key(self, block: int, freed: int) -> tuple:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return len(self._plain) + len(self._live)
+
+    def __contains__(self, block: int) -> bool:
+        return block in self._plain or block in self._live
+
+    def __iter__(self) -> Iterator[int]:
+        yield from self._plain
+        yield from (entry[-1] for entry in sorted(self._live.values()))
+
+    def push(self, block: int, cached: bool) -> None:
+        self._clock += 1
+        if not cached:
+            self._plain[block] = None
+            return
+        entry = (*self._key(block, self._clock), block)
+        self._live[block] = entry
+        heapq.heappush(self._heap, entry)
+
+    def remove(self, block: int) -> None:
+        if block in self._plain:
+            del self._plain[block]
+        else:
+            del self._live[block]  # its heap entry goes stale
+
+    def pop(self) -> int:
+        if self._plain:
+            return self._plain.popitem(last=False)[0]
+        while True:
+            entry = heapq.heappop(self._heap)
+            block = entry[-1]
+            if self._live.get(block) == entry:
+                del self._live[block]
+                self._cached_seq.pop(block, None)  # its content is about to be replaced
+                self._hits.pop(block, None)
+                return block
+
+    def on_cached(self, block: int) -> None:
+        self._clock += 1
+        self._cached_seq[block] = self._clock
+        self._hits[block] = 0
+
+    def on_hit(self, block: int) -> None:
+        self._hits[block] = self._hits.get(block, 0) + 1
+
+
+class FIFOQueue(_KeyedQueue):
+    def _key(self, block: int, freed: int) -> tuple:
+        return (self._cached_seq.get(block, freed),)
+
+
+class LFUQueue(_KeyedQueue):
+    def _key(self, block: int, freed: int) -> tuple:
+        return (self._hits.get(block, 0), freed)
+
+
+_QUEUES = {PrefixEviction.LRU: LRUQueue, PrefixEviction.FIFO: FIFOQueue, PrefixEviction.LFU: LFUQueue}
+
+
+def make_free_queue(policy: PrefixEviction, num_blocks: int):
+    """All ``num_blocks`` blocks start free, uncached, in id order."""
+    return _QUEUES[PrefixEviction(policy)](range(num_blocks))
