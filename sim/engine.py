@@ -188,9 +188,11 @@ class Simulation:
             # A static batch whose last live member was just preempted is left with padding
             # rows only: that step still runs, so the batch ends and its answers go out.
             if not out.scheduled and not out.decode_padding_seqs:
-                # Nothing can run until something arrives (or a swap-out completes).
+                # Nothing ran. A preemption freed memory (after its swap-out, if any): try
+                # again at once. Otherwise nothing can run until something arrives.
                 if out.swap_out_bytes:
                     yield from self._transfer(out.swap_out_bytes)
+                if out.preempted:
                     continue
                 self._wakeup = env.event()
                 yield self._wakeup

@@ -167,7 +167,11 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> list[SessionSpec]:
     sp = wl.shared_prefix
     if sp is not None:
         uses = rng.random(n) < sp.fraction
-        which = rng.integers(0, sp.num_prefixes, size=n)
+        if sp.zipf_a is None:
+            which = rng.integers(0, sp.num_prefixes, size=n)
+        else:
+            weights = np.arange(1, sp.num_prefixes + 1, dtype=float) ** -sp.zipf_a
+            which = rng.choice(sp.num_prefixes, size=n, p=weights / weights.sum())
     next_segment = (sp.num_prefixes if sp is not None else 0) + 1  # prefixes are 1..N
 
     sessions, k = [], 0

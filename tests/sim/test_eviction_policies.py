@@ -302,7 +302,9 @@ def test_prefix_caching_with_a_sliding_window_model_is_refused(tmp_path, capsys)
 
 @pytest.mark.parametrize("kv, key", [
     ({"token_eviction": {"policy": "streaming", "window_tokens": 32}}, "kv.token_eviction"),
-    ({"token_eviction": {"policy": "none", "window_tokens": 32}}, "kv.token_eviction"),
+    ({"token_eviction": {"policy": "sliding-window"}}, "kv.token_eviction"),
+    ({"token_eviction": {"policy": "h2o-budget", "window_tokens": 8, "heavy_tokens": -1}},
+     "kv.token_eviction.heavy_tokens"),
     ({"prefix_caching": True, "token_eviction": {"policy": "sliding-window", "window_tokens": 8}}, "kv"),
     ({"prefix_cache_eviction": "mru"}, "kv.prefix_cache_eviction"),
 ])
@@ -314,3 +316,21 @@ def test_bad_eviction_settings_name_the_key(tmp_path, capsys, kv, key) -> None:
     assert main(["run", str(path), "--out", str(tmp_path / "o"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {path}: {key}: ")
+
+
+def test_zipf_popularity_favours_the_first_system_prompts(scenario_dict) -> None:
+    import numpy as np
+
+    from sim.scenario import parse_scenario
+    from sim.workload import build_workload
+
+    data = scenario_dict(workload={
+        "num_requests": 4000, "arrival": {"type": "constant", "rate": 10.0},
+        "prompt_tokens": {"type": "fixed", "value": 10}, "output_tokens": {"type": "fixed", "value": 5},
+        "shared_prefix": {"num_prefixes": 10, "prefix_tokens": 16, "zipf_a": 1.2}})
+    sessions = build_workload(parse_scenario(data, "/tmp/s.yaml"), np.random.default_rng(0))
+    counts = np.bincount([s.prefix[0] for s in sessions], minlength=11)[1:]
+    weights = np.arange(1, 11) ** -1.2
+    expected = 4000 * weights / weights.sum()
+    assert counts[0] > counts[4] > counts[9]
+    assert np.all(np.abs(counts - expected) < 5 * np.sqrt(expected) + 5)
