@@ -27,12 +27,15 @@ def _add_run_parser(sub) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from sim.kvcli import add_kv_parser
+    from sim.sweepcli import add_compare_parser, add_sweep_parser
 
     parser = argparse.ArgumentParser(
         prog="sim", description="kvsim: what will my LLM server do with its GPU memory?")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run_parser(sub)
     add_kv_parser(sub)
+    add_sweep_parser(sub)
+    add_compare_parser(sub)
     return parser
 
 
@@ -55,7 +58,7 @@ def _run(args) -> int:
     if not args.no_report:
         from sim.report import render_report
 
-        report = render_report(result, summary)
+        report = render_report(result, summary, sim.cal)
     write_run(out_dir, summary, result, report)
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -70,6 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command == "sweep":
+            from sim.sweepcli import run_sweep_command
+
+            return run_sweep_command(args)
+        if args.command == "compare":
+            from sim.compare import run_compare
+
+            return run_compare(args)
         from sim.kvcli import run_kv
 
         return run_kv(args)
