@@ -1,14 +1,16 @@
 """``report.html``: one self-contained interactive page per run (plotly.js inlined once).
 
-Sections: the summary numbers and the scenario; the KV memory timeline as stacked areas
-(tokens, reserved, internal and external fragmentation, free), in the spirit of the
-PagedAttention paper's breakdown; batch size and tokens per step; queue lengths; TTFT,
-TPOT and E2E CDFs with the SLO marked; a request timeline for a sample of requests.
+Sections: the key numbers; the KV memory timeline as stacked areas (tokens, reserved,
+internal and external fragmentation, free), in the spirit of the PagedAttention paper's
+breakdown; batch size and tokens per step; queue lengths; preemption and swap events;
+TTFT, TPOT and E2E CDFs with the SLO marked (log or linear axes); a request timeline for a
+sample of requests; every summary number, the scenario and the calibration used.
 Long runs are binned to at most ``MAX_POINTS`` points per series (time-weighted means).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 
@@ -16,6 +18,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.io import to_html
 from plotly.subplots import make_subplots
+
+import yaml
 
 from sim.metrics import request_latencies
 
@@ -77,6 +81,43 @@ def _load_figure(steps: dict) -> go.Figure:
     return fig
 
 
+def _thin(n: int) -> np.ndarray:
+    """At most MAX_POINTS indices of ``n``, the last one included."""
+    return np.unique(np.linspace(0, n - 1, min(n, MAX_POINTS)).astype(int)) if n else np.zeros(0, int)
+
+
+def _events_figure(steps: dict, preemption_mode: str) -> go.Figure:
+    """Preemptions and swap transfers, step by step (the steps where they happened)."""
+    t, pre, swap = steps["time_s"], steps["num_preempted"], steps["swap_bytes"]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
+                        specs=[[{"secondary_y": True}], [{"secondary_y": True}]],
+                        subplot_titles=(f"preemptions (mode: {preemption_mode})",
+                                        "swap traffic over PCIe (out + in)"))
+    hit = np.flatnonzero(pre > 0)
+    hit = hit[_thin(hit.size)] if hit.size else hit
+    fig.add_trace(go.Scatter(x=t[hit], y=pre[hit], mode="markers", name="preempted in a step",
+                             marker_color="#e03131"), 1, 1)
+    idx = _thin(t.size)
+    fig.add_trace(go.Scatter(x=t[idx], y=np.cumsum(pre)[idx] if t.size else [], name="preemptions so far",
+                             line_shape="hv", line_color="#862e9c"), 1, 1, secondary_y=True)
+    moved = np.flatnonzero(swap > 0)
+    moved = moved[_thin(moved.size)] if moved.size else moved
+    fig.add_trace(go.Scatter(x=t[moved], y=swap[moved] / 2**20, mode="markers",
+                             name="swapped in a step (MiB)", marker_color="#1971c2"), 2, 1)
+    fig.add_trace(go.Scatter(x=t[idx], y=steps["num_swapped"][idx], name="requests swapped out",
+                             line_shape="hv", line_color="#f08c00"), 2, 1, secondary_y=True)
+    if not hit.size and not moved.size:
+        fig.add_annotation(text="no preemptions and no swaps in this run", showarrow=False,
+                           xref="paper", yref="paper", x=0.5, y=0.5, font_size=16)
+    fig.update_yaxes(title_text="requests", row=1, col=1)
+    fig.update_yaxes(title_text="cumulative", row=1, col=1, secondary_y=True)
+    fig.update_yaxes(title_text="MiB", row=2, col=1)
+    fig.update_yaxes(title_text="swapped out", row=2, col=1, secondary_y=True)
+    fig.update_yaxes(rangemode="tozero")
+    fig.update_layout(title="Preemption and swap events", xaxis2_title="simulated time (s)", height=560)
+    return fig
+
+
 def _cdf_figure(requests, slo) -> go.Figure:
     lat = [request_latencies(r) for r in requests if r.finish_s is not None]
     fig = make_subplots(rows=1, cols=3, subplot_titles=("TTFT", "TPOT", "E2E latency"))
@@ -91,7 +132,11 @@ def _cdf_figure(requests, slo) -> go.Figure:
                           annotation_text="SLO", annotation_position="bottom right")
         fig.update_xaxes(title_text="seconds", type="log", row=1, col=i + 1)
     fig.update_yaxes(title_text="fraction of requests", range=[0, 1], row=1, col=1)
-    fig.update_layout(title="Latency CDFs (finished requests)", showlegend=False)
+    axes = ("xaxis", "xaxis2", "xaxis3")
+    fig.update_layout(title="Latency CDFs (finished requests)", showlegend=False, updatemenus=[dict(
+        type="buttons", direction="right", x=1.0, xanchor="right", y=1.25, yanchor="top", buttons=[
+            dict(label=kind + " x axes", method="relayout", args=[{f"{a}.type": kind for a in axes}])
+            for kind in ("log", "linear")])])
     return fig
 
 
@@ -126,10 +171,22 @@ def _timeline_figure(requests) -> go.Figure:
     return fig
 
 
+def _calibration_html(calibration) -> str:
+    if calibration is None:
+        return ""
+    rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(_shown(v))}</td></tr>"
+                   for k, v in dataclasses.asdict(calibration).items())
+    return f"<details open><summary>Calibration</summary><table class='summary'>{rows}</table></details>"
+
+
+def _shown(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else v if isinstance(v, str) else json.dumps(v, default=str)
+
+
 def _summary_html(summary: dict, scenario_yaml: str) -> str:
     rows = []
     for section in ("requests", "throughput", "kv", "preemptions", "engine"):
-        for k, v in summary[section].items():
+        for k, v in summary.get(section, {}).items():
             shown = f"{v:.4g}" if isinstance(v, float) else html.escape(json.dumps(v))
             rows.append(f"<tr><td>{section}.{k}</td><td>{shown}</td></tr>")
     for k in ("ttft_s", "tpot_s", "e2e_s"):
@@ -138,27 +195,72 @@ def _summary_html(summary: dict, scenario_yaml: str) -> str:
         rows.append(f"<tr><td>{k}</td><td>{vals}</td></tr>")
     return (
         "<h2>Summary</h2><table class='summary'>" + "".join(rows) + "</table>"
-        "<details><summary>Scenario</summary><pre>" + html.escape(scenario_yaml) + "</pre></details>"
+        "<details open><summary>Scenario (as run, defaults filled in)</summary><pre>"
+        + html.escape(scenario_yaml) + "</pre></details>"
     )
 
 
-def render_report(result, summary: dict) -> str:
-    """The whole report as one HTML string."""
+def _card(value: str, label: str) -> str:
+    return f"<div class='card'><b>{html.escape(value)}</b><span>{html.escape(label)}</span></div>"
+
+
+def _key_numbers_html(s: dict) -> str:
+    """The numbers people look for first, as cards above the plots."""
+    r, kv, pre = s["requests"], s["kv"], s["preemptions"]
+
+    def ms(section: str, q: str) -> str:
+        v = s[section].get(q)
+        return "-" if v is None else f"{v * 1e3:,.0f} ms"
+
+    attained = s.get("slo", {}).get("attained_fraction")
+    cards = [
+        _card(f"{r['completed']:,} / {r['arrived']:,}", "requests completed / arrived"),
+        _card(f"{r['rejected']:,}", "rejected" + (f" ({', '.join(r['rejected_by_reason'])})" if r["rejected"] else "")),
+        _card(f"{s['throughput']['requests_per_s']:.2f} req/s", f"{s['throughput']['output_tokens_per_s']:,.0f} output tokens/s"),
+        _card(f"{s['goodput_requests_per_s']:.2f} req/s", "goodput" + (f" ({attained:.0%} meet the SLO)" if attained is not None else "")),
+        _card(f"{ms('ttft_s', 'p50')} / {ms('ttft_s', 'p99')}", "TTFT p50 / p99"),
+        _card(f"{ms('tpot_s', 'p50')} / {ms('tpot_s', 'p99')}", "TPOT p50 / p99"),
+        _card(f"{kv['mean_allocated_unused_fraction']:.1%}", "allocated KV not holding tokens"),
+        _card(f"{kv['peak_used_fraction']:.0%}", f"peak KV pool use ({kv['pool_tokens']:,} tokens)"),
+        _card(f"{pre['recompute']:,} / {pre['swap']:,}", "preemptions: recompute / swap"),
+    ]
+    return "<div class='cards'>" + "".join(cards) + "</div>"
+
+
+def _load_calibration(sc):
+    from sim.calibration import load_calibration
+    from sim.errors import ConfigError
+
+    try:
+        return load_calibration(sc.gpu, source=sc.source_path, key="gpu")
+    except ConfigError:
+        return None
+
+
+def render_report(result, summary: dict, calibration=None) -> str:
+    """The whole report as one HTML string. ``calibration``: the one the run used (read
+    again from the scenario's ``gpu`` when not given)."""
     steps = result.steps.array()
     pool = summary["kv"]["pool_tokens"]
+    sc = result.scenario
     figs = [_memory_figure(steps, pool), _load_figure(steps),
-            _cdf_figure(result.requests, result.scenario.slo), _timeline_figure(result.requests)]
+            _events_figure(steps, str(sc.scheduler.preemption)),
+            _cdf_figure(result.requests, sc.slo), _timeline_figure(result.requests)]
     parts = [to_html(f, full_html=False, include_plotlyjs=(i == 0), config={"responsive": True})
              for i, f in enumerate(figs)]
-    sc = result.scenario
-    scenario_yaml = json.dumps(sc.model_dump(mode="json"), indent=2)
+    scenario_yaml = yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False)
+    if calibration is None:
+        calibration = _load_calibration(sc)
     title = f"kvsim: {sc.name}"
     head = (f"<h1>{html.escape(title)}</h1><p>{html.escape(summary['model'])} on "
             f"{html.escape(summary['gpu'])} (calibration: {html.escape(summary['calibration_source'])}). "
             f"{html.escape(sc.description)}</p>")
     style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1300px}"
-             "table.summary td{padding:2px 10px;border-bottom:1px solid #eee;font-size:13px}")
+             "table.summary td{padding:2px 10px;border-bottom:1px solid #eee;font-size:13px}"
+             ".cards{display:flex;flex-wrap:wrap;gap:10px}.card{background:#f1f3f5;border-radius:6px;"
+             "padding:6px 12px;min-width:150px}.card b{display:block;font-size:20px}"
+             ".card span{font-size:12px;color:#495057}")
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body>{head}"
+            f"<style>{style}</style></head><body>{head}{_key_numbers_html(summary)}"
             + "".join(f"<div class='plot'>{p}</div>" for p in parts)
-            + _summary_html(summary, scenario_yaml) + "</body></html>")
+            + _summary_html(summary, scenario_yaml) + _calibration_html(calibration) + "</body></html>")
