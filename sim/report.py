@@ -210,7 +210,7 @@ def _key_numbers_html(s: dict) -> str:
 
     def ms(section: str, q: str) -> str:
         v = s[section].get(q)
-        return "-" if v is None else f"{v * 1e3:,.0f} ms"
+        return "-" if v is None else f"{v * 1e3:,.0f} ms" if v < 10 else f"{v:,.0f} s"
 
     attained = s.get("slo", {}).get("attained_fraction")
     cards = [
