@@ -18,9 +18,14 @@ A calibration is a small YAML file (schema 1, documented in each shipped file's 
     step_overhead_s: 2.0e-3         # per engine step: scheduler, sampling, Python
     provenance: {key: text, ...}    # optional: where the numbers come from
 
-Every key but ``provenance`` is required; unknown keys are rejected (a later schema
-version will add measured, fitted terms). Numbers written as ``1e12`` (which YAML 1.1
-reads as a string) are accepted.
+Every key but ``provenance`` is required; unknown keys are rejected. Numbers written as
+``1e12`` (which YAML 1.1 reads as a string) are accepted.
+
+Schema 2 (written by ``microbench fit``) adds an optional ``kernels:`` mapping of fitted
+kernel models, ``{gemm: {params: {...}, cv_mape, grid: [...]}, decode_attention: ...}``
+(see sim/kernel_models.py); the scalar keys above then hold the fitted copy bandwidth,
+GEMM throughput, PCIe rate and overheads, so code that reads only them keeps working.
+Schema 1 files (the shipped datasheets) are read unchanged.
 """
 
 from __future__ import annotations
@@ -33,8 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import ConfigError
+from sim.kernel_models import KernelFit, features, kernel_fit_from_dict, roofline_s
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+SUPPORTED_SCHEMAS = (1, 2)
 
 
 class CalibrationSource(StrEnum):
@@ -59,7 +66,42 @@ class Calibration:
     kernel_launch_s: float
     step_overhead_s: float
     provenance: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
-    schema: int = SCHEMA_VERSION
+    schema: int = 1
+    #: Fitted kernel models by kernel name (schema 2, measured calibrations); empty otherwise.
+    kernels: dict[str, KernelFit] = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def measured_date(self) -> str | None:
+        """The date of the measurement (provenance ``date``, first 10 characters), if measured."""
+        date = self.provenance.get("date")
+        return date[:10] if self.source is CalibrationSource.MEASURED and date else None
+
+    @property
+    def source_label(self) -> str:
+        """``datasheet`` or ``measured YYYY-MM-DD`` (for the run summary)."""
+        return f"measured {self.measured_date}" if self.measured_date else str(self.source)
+
+    def predict(self, kernel: str, **shape) -> float:
+        """Seconds for one launch of ``kernel`` on ``shape`` (fields: sim.kernel_models.KERNELS).
+
+        A fitted kernel model when the calibration has one; otherwise the datasheet roofline
+        (effective bandwidth, peak x eff(m), the launch overhead; PCIe for host copies).
+        """
+        fit = self.kernels.get(kernel)
+        if fit is not None:
+            return fit.predict(**shape)
+        return roofline_s(self.kernel_params(kernel), *features(kernel, shape))
+
+    def kernel_params(self, kernel: str) -> dict[str, float]:
+        """The model-form parameters of ``kernel``: fitted, or derived from the datasheet numbers."""
+        if kernel in self.kernels:
+            return self.kernels[kernel].params
+        host = kernel in ("copy_h2d", "copy_d2h")
+        return {"bandwidth_bytes_per_s": self.pcie_bandwidth_bytes_per_s if host
+                else self.effective_bandwidth_bytes_per_s,
+                "flops_per_s": self.peak_flops * self.compute_eff_max, "x_half": self.compute_m_half_tokens,
+                "overhead_s": self.step_overhead_s if kernel == "step" else self.kernel_launch_s,
+                "item_s": 0.0, "sharpness": math.inf}
 
     def compute_efficiency(self, m: float) -> float:
         """Achieved fraction of ``peak_flops`` for a GEMM with ``m`` rows (tokens); 0 at m=0."""
@@ -129,10 +171,13 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
     if not isinstance(data, dict):
         raise ConfigError(file, "<root>", "a calibration must be a YAML mapping")
     allowed = {**_TOP_KEYS, "compute_efficiency": None, "provenance": None}
-    _check_keys(data, allowed, set(allowed) - {"provenance"}, file, "")
+    if data.get("schema") == 2:
+        allowed["kernels"] = None
+    _check_keys(data, allowed, set(allowed) - {"provenance", "kernels"}, file, "")
     v = {k: _check(data[k], kind, rule, file, k) for k, (kind, rule) in _TOP_KEYS.items()}
-    if v["schema"] != SCHEMA_VERSION:
-        raise ConfigError(file, "schema", f"unsupported schema {v['schema']}; this kvsim reads {SCHEMA_VERSION}")
+    if v["schema"] not in SUPPORTED_SCHEMAS:
+        raise ConfigError(file, "schema", f"unsupported schema {v['schema']}; this kvsim reads "
+                          f"{', '.join(map(str, SUPPORTED_SCHEMAS))}")
     if v["source"] not in set(CalibrationSource):
         raise ConfigError(file, "source", f"got {v['source']!r}; allowed: datasheet, measured")
     eff = data["compute_efficiency"]
@@ -145,6 +190,9 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
     if not isinstance(prov, dict):
         raise ConfigError(file, "provenance", "expected a mapping of key: text")
     provenance = {str(k): _check(str(val), "str", "", file, f"provenance.{k}") for k, val in prov.items()}
+    kernels = data.get("kernels") or {}
+    if not isinstance(kernels, dict):
+        raise ConfigError(file, "kernels", "expected a mapping of kernel name -> fitted model")
     return Calibration(
         name=v["name"], source=CalibrationSource(v["source"]), gpu_name=v["gpu_name"],
         memory_bytes=v["memory_bytes"], hbm_bandwidth_bytes_per_s=v["hbm_bandwidth_bytes_per_s"],
@@ -153,6 +201,7 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
         pcie_bandwidth_bytes_per_s=v["pcie_bandwidth_bytes_per_s"],
         kernel_launch_s=v["kernel_launch_s"], step_overhead_s=v["step_overhead_s"],
         provenance=provenance, schema=v["schema"],
+        kernels={str(k): kernel_fit_from_dict(str(k), d, file=file) for k, d in kernels.items()},
     )
 
 
@@ -188,3 +237,23 @@ def load_calibration(name_or_path: str, *, source: str = "<cli>", key: str = "gp
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(str(path), "<root>", f"cannot read calibration: {exc}".replace("\n", " ")) from None
     return calibration_from_dict(data, file=str(path))
+
+
+def calibration_to_dict(cal: Calibration) -> dict:
+    """The YAML mapping of ``cal`` (inverse of calibration_from_dict; schema 2 when it has kernels)."""
+    out = {
+        "schema": 2 if cal.kernels else cal.schema, "name": cal.name, "source": str(cal.source),
+        "gpu_name": cal.gpu_name, "memory_bytes": int(cal.memory_bytes),
+        "hbm_bandwidth_bytes_per_s": float(f"{cal.hbm_bandwidth_bytes_per_s:.6g}"),
+        "bandwidth_efficiency": float(cal.bandwidth_efficiency),
+        "peak_flops": float(f"{cal.peak_flops:.6g}"),
+        "compute_efficiency": {"eff_max": float(cal.compute_eff_max),
+                               "m_half_tokens": float(f"{cal.compute_m_half_tokens:.6g}")},
+        "pcie_bandwidth_bytes_per_s": float(f"{cal.pcie_bandwidth_bytes_per_s:.6g}"),
+        "kernel_launch_s": float(f"{cal.kernel_launch_s:.6g}"),
+        "step_overhead_s": float(f"{cal.step_overhead_s:.6g}"),
+        "provenance": dict(cal.provenance),
+    }
+    if cal.kernels:
+        out["kernels"] = {name: fit.to_dict() for name, fit in cal.kernels.items()}
+    return out

@@ -22,6 +22,9 @@ memory bandwidth x bandwidth_efficiency, F = peak_flops, eff(m) = eff_max x m / 
 
 Since m x 2nk / (F eff(m)) = 2nk (m + m_half) / (F eff_max), a GEMM's compute time is
 linear in m with a floor: that is what the per-op constants store.
+
+Measured calibrations (schema 2, with a fitted ``gemm``) are composed from the fitted
+kernel models instead: see sim/cost_fitted.py. The datasheet formula above is unchanged.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.calibration import Calibration
+from sim.cost_fitted import FittedStep, build_fitted_step, fitted_step_time_s, fitted_swap_time_s
 from sim.model import (KVDtype, MlpKind, ModelSpec, attn_flops_per_pair, kv_bytes_per_token,
                        linear_ops, lm_head_op)
 
@@ -58,6 +62,7 @@ class CostModel:
     elementwise_s_per_token: float
     fixed_step_s: float  # step_overhead_s + non-GEMM and attention launches
     pcie_bandwidth_bytes_per_s: float
+    fitted: FittedStep | None = None  # set for calibrations with fitted kernel models
 
 
 def elementwise_bytes_per_token(model: ModelSpec, act_bytes: float, kv_bytes: float) -> float:
@@ -110,6 +115,8 @@ def build_cost_model(model: ModelSpec, calibration: Calibration, kv_dtype: KVDty
         elementwise_s_per_token=elementwise_bytes_per_token(model, weight_dtype_bytes, kv_bytes) / bw,
         fixed_step_s=cal.step_overhead_s + kernels * launch,
         pcie_bandwidth_bytes_per_s=cal.pcie_bandwidth_bytes_per_s,
+        fitted=build_fitted_step(model, cal, kv_dtype, weight_dtype_bytes, quant_group_size=quant_group_size)
+        if "gemm" in cal.kernels else None,
     )
 
 
@@ -125,6 +132,10 @@ def step_time_s(cm: CostModel, *, num_seqs: int, num_prefill_tokens: int, num_de
     prefill_kv_tokens: sum over prefill chunks of cached + q (KV tokens read).
     All arguments are non-negative; the result is non-decreasing in each.
     """
+    if cm.fitted is not None:
+        return fitted_step_time_s(cm.fitted, num_seqs=num_seqs, num_prefill_tokens=num_prefill_tokens,
+                                  num_decode_tokens=num_decode_tokens, decode_kv_tokens=decode_kv_tokens,
+                                  prefill_attn_pairs=prefill_attn_pairs, prefill_kv_tokens=prefill_kv_tokens)
     m = num_prefill_tokens + num_decode_tokens
     if m <= 0:
         return 0.0
@@ -165,4 +176,6 @@ def decode_step_time_s(cm: CostModel, *, batch_size: int, context_tokens: int) -
 
 def swap_time_s(cm: CostModel, num_bytes: float) -> float:
     """Seconds to copy ``num_bytes`` between host (pinned) and GPU memory over PCIe."""
+    if cm.fitted is not None:
+        return fitted_swap_time_s(cm.fitted.cal, num_bytes)
     return num_bytes / cm.pcie_bandwidth_bytes_per_s if num_bytes > 0 else 0.0

@@ -65,7 +65,7 @@ def test_load_by_path_and_scientific_strings(tmp_path: Path) -> None:
     ({"memory_bytes": 1.5}, "memory_bytes", "expected an integer"),
     ({"bandwidth_efficiency": 1.2}, "bandwidth_efficiency", "must be in (0, 1]"),
     ({"source": "guess"}, "source", "allowed: datasheet, measured"),
-    ({"schema": 2}, "schema", "unsupported schema 2"),
+    ({"schema": 3}, "schema", "unsupported schema 3"),
     ({"step_overhead_s": None}, "step_overhead_s", "required key missing"),
     ({"compute_efficiency": {"eff_max": 0.7}}, "compute_efficiency.m_half_tokens", "required key missing"),
     ({"compute_efficiency": {"eff_max": 0.7, "m_half_tokens": 8, "k": 1}}, "compute_efficiency.k", "unknown key"),
@@ -104,3 +104,30 @@ def test_current_directory_shadows_repository(tmp_path: Path, monkeypatch: pytes
     assert calibration_dirs()[0] == local
     assert load_calibration("h100-sxm").step_overhead_s == 0.5
     assert "my-gpu" in available_calibrations() and "a100-80gb" in available_calibrations()
+
+
+def test_schema_2_round_trips_with_fitted_kernels(tmp_path: Path) -> None:
+    from sim.calibration import calibration_from_dict, calibration_to_dict
+
+    cal = load_calibration("cpu-epyc-2core")
+    assert cal.schema == 2 and cal.source is CalibrationSource.MEASURED and "gemm" in cal.kernels
+    again = calibration_from_dict(yaml.safe_load(yaml.safe_dump(calibration_to_dict(cal))), file="x")
+    shape = dict(m=48, n=2048, k=1536, dtype="bf16")
+    assert again.predict("gemm", **shape) == pytest.approx(cal.predict("gemm", **shape), rel=1e-5)
+    assert again.kernels["gemm"].cv_mape == pytest.approx(cal.kernels["gemm"].cv_mape, rel=1e-5)
+    assert cal.source_label == f"measured {cal.provenance['date'][:10]}"
+    assert load_calibration("a100-80gb").source_label == "datasheet"
+
+
+def test_bad_kernel_section_names_the_key(tmp_path: Path) -> None:
+    data = yaml.safe_load((REPO_CALIBRATIONS / "cpu-epyc-2core.yaml").read_text())
+    data["kernels"]["gemm"]["params"]["bandwidth_bytes_per_s"] = "fast"
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as err:
+        load_calibration(str(path))
+    assert err.value.key == "kernels.gemm.params.bandwidth_bytes_per_s"
+    data["schema"] = 1
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_calibration(str(path))

@@ -1,0 +1,244 @@
+"""Fitted kernel time models: a kernel's shape in, seconds out. Pure: no I/O, no numpy.
+
+Every kernel ``microbench`` measures is described by one :class:`KernelSpec`: its shape
+fields and how a shape turns into the physical quantities of the model form, bytes moved,
+FLOPs, sequential work items (per-sequence loops of a reference path) and the dimension
+that fills the compute units (GEMM rows = tokens). One model form serves all kernels:
+
+    time_s = overhead_s + item_s x items
+             + smax(bytes / bandwidth_bytes_per_s, flops / (flops_per_s x x / (x + x_half)))
+
+``smax(a, b) = (a^p + b^p)^(1/p)`` with ``p = sharpness`` is a smooth max: p -> inf is the
+roofline's hard max; a finite p says memory and compute overlap imperfectly near the ridge.
+The efficiency ``x / (x + x_half)`` is how far the token dimension fills the tensor cores
+(a GEMM over 4 tokens pads its tiles to 16 or 64 rows). Kernels without FLOPs are pure
+bandwidth plus overhead.
+
+A :class:`KernelFit` holds the fitted parameters, its cross-validated error and, optionally,
+a measured grid: where a query's shape matches a measured one on every field but the
+kernel's ``axis`` (GEMM: ``m``) and the axis value lies inside the measured range, the
+prediction interpolates the measurements (linear in log-log); elsewhere it is the
+analytic form. Fits are made by ``microbench.fit`` and stored in a calibration's
+``kernels:`` section (see sim/calibration.py).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+from sim.errors import ConfigError
+
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+PARAM_NAMES = ("bandwidth_bytes_per_s", "flops_per_s", "x_half", "overhead_s", "item_s", "sharpness")
+Shape = dict
+
+
+def _b(s: Shape) -> int:
+    return DTYPE_BYTES[s.get("dtype", "bf16")]
+
+
+def _pairs(s: Shape) -> float:
+    """Causal (query, key) pairs of ``num_seqs`` chunks of ``query_len`` after ``context_len``."""
+    q = s["query_len"]
+    return s["num_seqs"] * q * (s["context_len"] + (q + 1) / 2)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """How one kernel's shape maps onto the model form. ``axis``: the grid-interpolation field."""
+
+    fields: tuple[str, ...]
+    bytes: Callable[[Shape], float]
+    flops: Callable[[Shape], float] = lambda s: 0.0
+    items: Callable[[Shape], float] = lambda s: 0.0
+    x: Callable[[Shape], float] = lambda s: 1.0
+    axis: str = ""
+    doc: str = ""
+
+
+KERNELS: dict[str, KernelSpec] = {
+    "gemm": KernelSpec(
+        ("m", "n", "k", "dtype"), axis="m", doc="y[m, n] = x[m, k] @ W[k, n] (torch.matmul / cuBLAS)",
+        bytes=lambda s: (s["m"] * s["k"] + s["k"] * s["n"] + s["m"] * s["n"]) * _b(s),
+        flops=lambda s: 2.0 * s["m"] * s["n"] * s["k"], x=lambda s: s["m"]),
+    "decode_gemv": KernelSpec(
+        ("m", "n", "k", "dtype"), axis="m", doc="kernels.decode_gemv, skinny m (CUDA only)",
+        bytes=lambda s: (s["m"] * s["k"] + s["k"] * s["n"] + s["m"] * s["n"]) * _b(s),
+        flops=lambda s: 2.0 * s["m"] * s["n"] * s["k"], x=lambda s: s["m"]),
+    "decode_attention": KernelSpec(
+        ("num_seqs", "context_len", "num_q_heads", "num_kv_heads", "head_dim", "block_size", "dtype"),
+        axis="context_len", doc="paged attention of one new token per sequence over context_len KV tokens",
+        bytes=lambda s: s["num_seqs"] * (s["context_len"] * 2 * s["num_kv_heads"] + 2 * s["num_q_heads"])
+        * s["head_dim"] * _b(s),
+        flops=lambda s: 4.0 * s["num_seqs"] * s["context_len"] * s["num_q_heads"] * s["head_dim"],
+        items=lambda s: s["num_seqs"]),
+    "prefill_attention": KernelSpec(
+        ("num_seqs", "query_len", "context_len", "num_q_heads", "num_kv_heads", "head_dim", "dtype"),
+        axis="query_len", doc="causal attention of query_len new tokens per sequence after context_len cached",
+        bytes=lambda s: s["num_seqs"] * ((s["context_len"] + s["query_len"]) * 2 * s["num_kv_heads"]
+                                         + 2 * s["query_len"] * s["num_q_heads"]) * s["head_dim"] * _b(s),
+        flops=lambda s: 4.0 * s["num_q_heads"] * s["head_dim"] * _pairs(s),
+        items=lambda s: s["num_seqs"], x=lambda s: s["query_len"]),
+    "kv_write": KernelSpec(
+        ("num_tokens", "num_kv_heads", "head_dim", "dtype"), axis="num_tokens",
+        doc="write K and V of num_tokens into the paged cache through slot_mapping",
+        bytes=lambda s: 4.0 * s["num_tokens"] * s["num_kv_heads"] * s["head_dim"] * _b(s)),
+    "rmsnorm": KernelSpec(
+        ("num_tokens", "hidden_size", "dtype"), axis="num_tokens",
+        doc="residual add (in place) then RMSNorm: read 3, write 2 hidden vectors per token",
+        bytes=lambda s: 5.0 * s["num_tokens"] * s["hidden_size"] * _b(s)),
+    "copy_d2d": KernelSpec(("num_bytes",), axis="num_bytes", doc="device-to-device copy",
+                           bytes=lambda s: 2.0 * s["num_bytes"]),
+    "copy_h2d": KernelSpec(("num_bytes", "pinned"), axis="num_bytes", doc="host-to-device copy",
+                           bytes=lambda s: float(s["num_bytes"])),
+    "copy_d2h": KernelSpec(("num_bytes", "pinned"), axis="num_bytes", doc="device-to-host copy",
+                           bytes=lambda s: float(s["num_bytes"])),
+    "step": KernelSpec(
+        ("num_seqs", "vocab_size"), axis="num_seqs",
+        doc="per-step fixed work: metadata upload, greedy sampling over the logits, ids download, sync",
+        bytes=lambda s: 4.0 * s["num_seqs"] * s["vocab_size"]),
+}
+
+
+def features(kernel: str, shape: Shape) -> tuple[float, float, float, float]:
+    """(bytes, flops, items, x) of ``shape``; KeyError names a missing field."""
+    spec = KERNELS[kernel]
+    return spec.bytes(shape), spec.flops(shape), spec.items(shape), spec.x(shape)
+
+
+def roofline_s(params: dict[str, float], nbytes: float, flops: float, items: float, x: float) -> float:
+    """The model form (module docstring) for one kernel launch."""
+    mem_s = nbytes / params["bandwidth_bytes_per_s"]
+    comp_s = 0.0
+    if flops > 0:
+        eff = 1.0 if math.isinf(x) else x / (x + params["x_half"]) if x > 0 else 0.0
+        comp_s = flops / (params["flops_per_s"] * eff) if eff > 0 else math.inf
+    hi, lo = (mem_s, comp_s) if mem_s >= comp_s else (comp_s, mem_s)
+    p = params["sharpness"]
+    if hi > 0 and lo > 0 and math.isfinite(p):
+        hi *= (1.0 + (lo / hi) ** p) ** (1.0 / p)
+    return params["overhead_s"] + params["item_s"] * items + hi
+
+
+def grid_key(kernel: str, shape: Shape) -> tuple:
+    """The shape's fields other than the kernel's axis, in field order (the grid's row key)."""
+    spec = KERNELS[kernel]
+    return tuple(shape.get(f, "bf16" if f == "dtype" else None) for f in spec.fields if f != spec.axis)
+
+
+@dataclass(frozen=True)
+class GridRow:
+    """Measurements of one shape along the kernel's axis: ascending ``axis_values``, their times
+    (non-decreasing: microbench.fit stores the running maximum, the simulator's contract)."""
+
+    key: tuple
+    axis_values: tuple[float, ...]
+    times_s: tuple[float, ...]
+
+    def interpolate(self, v: float) -> float | None:
+        """Log-log interpolation inside [first, last]; None outside."""
+        xs = self.axis_values
+        if v < xs[0] or v > xs[-1] or v <= 0:
+            return None
+        i = bisect.bisect_left(xs, v)
+        if xs[i] == v:
+            return self.times_s[i]
+        x0, x1, t0, t1 = xs[i - 1], xs[i], self.times_s[i - 1], self.times_s[i]
+        w = math.log(v / x0) / math.log(x1 / x0)
+        return math.exp(math.log(t0) + w * math.log(t1 / t0))
+
+
+@dataclass(frozen=True)
+class KernelFit:
+    """One kernel's fitted model. ``cv_mape``: k-fold-by-shape cross-validated mean |error| / time."""
+
+    kernel: str
+    params: dict[str, float]
+    cv_mape: float | None = None
+    train_mape: float | None = None
+    num_records: int = 0
+    num_shapes: int = 0
+    cv_folds: int = 0
+    grid: tuple[GridRow, ...] = ()
+    _rows: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._rows.update({row.key: row for row in self.grid})
+
+    def analytic_s(self, **shape) -> float:
+        return roofline_s(self.params, *features(self.kernel, shape))
+
+    def predict(self, **shape) -> float:
+        """Seconds for one launch on ``shape``: the measured grid where it covers, else analytic.
+
+        Past either end of a measured row the analytic form is anchored to the row's end
+        (scaled by analytic(v) / analytic(end)), so predictions stay continuous and, since
+        grids are stored non-decreasing, non-decreasing along the axis.
+        """
+        row = self._rows.get(grid_key(self.kernel, shape))
+        if row is None:
+            return self.analytic_s(**shape)
+        axis = KERNELS[self.kernel].axis
+        v = shape[axis]
+        t = row.interpolate(v)
+        if t is not None:
+            return t
+        end = 0 if v < row.axis_values[0] else -1
+        anchor = self.analytic_s(**{**shape, axis: row.axis_values[end]})
+        return row.times_s[end] * self.analytic_s(**shape) / anchor
+
+    def to_dict(self) -> dict:
+        spec = KERNELS[self.kernel]
+        key_fields = [f for f in spec.fields if f != spec.axis]
+        out = {"params": {k: _num(self.params[k]) for k in PARAM_NAMES},
+               "cv_mape": _num(self.cv_mape), "train_mape": _num(self.train_mape),
+               "cv_folds": self.cv_folds, "num_records": self.num_records, "num_shapes": self.num_shapes}
+        out["grid"] = [{**dict(zip(key_fields, row.key)), spec.axis: list(row.axis_values),
+                        "time_s": [_num(t) for t in row.times_s]} for row in self.grid]
+        return out
+
+
+def _num(v: float | None) -> float | None:
+    return None if v is None else float(f"{v:.6g}")
+
+
+def kernel_fit_from_dict(kernel: str, data, *, file: str) -> KernelFit:
+    """Validate one ``kernels.<kernel>`` mapping; ConfigError names the file and key path."""
+    where = f"kernels.{kernel}"
+    if kernel not in KERNELS:
+        raise ConfigError(file, where, f"unknown kernel; allowed: {', '.join(KERNELS)}")
+    if not isinstance(data, dict) or not isinstance(data.get("params"), dict):
+        raise ConfigError(file, f"{where}.params", "expected a mapping of the model's parameters")
+    params = {}
+    for name in PARAM_NAMES:
+        v = data["params"].get(name)
+        if isinstance(v, str):
+            try:
+                v = math.inf if v.lower() in (".inf", "inf") else float(v)
+            except ValueError:
+                pass  # reported below
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0:
+            raise ConfigError(file, f"{where}.params.{name}", f"expected a number >= 0, got {v!r}")
+        params[name] = float(v)
+    for name in ("bandwidth_bytes_per_s", "flops_per_s", "sharpness"):
+        if params[name] <= 0:
+            raise ConfigError(file, f"{where}.params.{name}", "must be > 0")
+    spec = KERNELS[kernel]
+    rows = []
+    for i, row in enumerate(data.get("grid") or []):
+        try:
+            xs, ts = [float(v) for v in row[spec.axis]], [float(v) for v in row["time_s"]]
+            key = grid_key(kernel, row)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(file, f"{where}.grid[{i}]", f"bad grid row ({exc}); fields: "
+                              f"{', '.join(spec.fields)}, time_s") from None
+        if len(xs) != len(ts) or len(xs) < 2 or xs != sorted(xs) or min(ts) <= 0 or ts != sorted(ts):
+            raise ConfigError(file, f"{where}.grid[{i}]", "need >= 2 ascending axis values and as many "
+                              "non-decreasing time_s (> 0)")
+        rows.append(GridRow(key, tuple(xs), tuple(ts)))
+    return KernelFit(kernel, params, cv_mape=data.get("cv_mape"), train_mape=data.get("train_mape"),
+                     num_records=int(data.get("num_records") or 0), num_shapes=int(data.get("num_shapes") or 0),
+                     cv_folds=int(data.get("cv_folds") or 0), grid=tuple(rows))
