@@ -1,8 +1,11 @@
-"""``microbench``: measure kernels on this machine and fit a calibration.
+"""``microbench``: measure kernels on this machine and fit a calibration. Thin: parse, run, write.
 
-Not built yet: ``calibrate``, ``fit`` and ``predict`` arrive with the microbench issue.
-Until then ``sim`` runs on the datasheet calibrations in ``calibrations/``. The command
-exists so that the console script is installed and says so plainly.
+    microbench calibrate --gpu 0 [--model NAME ...] [--quick] [--out calibrations/NAME.yaml]
+    microbench calibrate --device cpu [--quick]
+    microbench fit MEASUREMENTS.jsonl -o CAL.yaml [--base NAME_OR_YAML] [--name NAME]
+    microbench predict CAL.yaml --kernel gemm --m 256 --n 4096 --k 4096 [--dtype bf16]
+
+Bad input prints one line ``error: <file>: <key>: <message>`` and exits 2.
 """
 
 from __future__ import annotations
@@ -10,20 +13,124 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sim.errors import ConfigError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="microbench", allow_abbrev=False, description="Time kvsim's kernels and fit calibrations/<gpu>.yaml.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("calibrate", help="measure the kernels on a device, keep the JSONL, fit a calibration")
+    where = c.add_mutually_exclusive_group(required=True)
+    where.add_argument("--gpu", type=int, metavar="INDEX", help="CUDA device index")
+    where.add_argument("--device", help="a torch device: cpu, cuda, cuda:1")
+    c.add_argument("--model", action="append", default=None, metavar="NAME",
+                   help="model whose shapes to measure (repeatable; default llama-3-8b on CUDA, qwen2.5-1.5b on CPU)")
+    c.add_argument("--quick", action="store_true", help="a small sweep (CI; about a minute on a GPU)")
+    c.add_argument("--out", help="calibration YAML to write (default calibrations/<device>.yaml); the JSONL goes next to it")
+    c.add_argument("--threads", type=int, help="CPU: torch threads (default: torch's default; 1 is steadier on a shared machine)")
+    c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    f = sub.add_parser("fit", help="fit a calibration from JSONL measurements")
+    f.add_argument("measurements", help="JSONL file, one timing per line (schema in README)")
+    f.add_argument("-o", "--out", required=True, help="calibration YAML to write")
+    f.add_argument("--base", help="calibration (name or YAML) giving the device numbers the JSONL lacks")
+    f.add_argument("--name", help="calibration name (default: the device record's, or the output's stem)")
+    f.add_argument("--folds", type=int, default=5, help="cross-validation folds (by shape; default 5)")
+    f.add_argument("--no-grid", action="store_true", help="keep no measured grid (analytic predictions only)")
+    p = sub.add_parser("predict", allow_abbrev=False, help="seconds of one kernel launch under a calibration",
+                       epilog="shape fields: see sim/kernel_models.py, e.g. gemm: --m --n --k [--dtype]")
+    p.add_argument("calibration", help="calibration name or YAML")
+    p.add_argument("--kernel", required=True)
+    return parser
+
+
+def _parse_shape(rest: list[str]) -> dict:
+    """``--field value`` pairs into a shape dict (ints, floats, booleans, strings)."""
+    if len(rest) % 2 or not all(a.startswith("--") for a in rest[::2]):
+        raise ConfigError("<cli>", "shape", f"expected --field value pairs, got {' '.join(rest)!r}")
+    shape = {}
+    for key, text in zip(rest[::2], rest[1::2]):
+        value: object = text
+        if text.lower() in ("true", "false"):
+            value = text.lower() == "true"
+        else:
+            for kind in (int, float):
+                try:
+                    value = kind(text)
+                    break
+                except ValueError:
+                    pass
+        shape[key[2:].replace("-", "_")] = value
+    return shape
+
+
+def _predict(args, rest: list[str]) -> int:
+    from sim.calibration import load_calibration  # noqa: PLC0415
+    from sim.kernel_models import KERNELS  # noqa: PLC0415
+
+    cal = load_calibration(args.calibration, key="calibration")
+    spec = KERNELS.get(args.kernel)
+    if spec is None:
+        raise ConfigError("<cli>", "--kernel", f"unknown kernel {args.kernel!r}; allowed: {', '.join(KERNELS)}")
+    shape = {"dtype": "bf16", **_parse_shape(rest)} if "dtype" in spec.fields else _parse_shape(rest)
+    missing = [f for f in spec.fields if f not in shape]
+    unknown = [f for f in shape if f not in spec.fields]
+    if missing or unknown:
+        raise ConfigError("<cli>", "shape", f"{args.kernel} takes --{' --'.join(spec.fields)}"
+                          f"{'; missing ' + ', '.join(missing) if missing else ''}"
+                          f"{'; unknown ' + ', '.join(unknown) if unknown else ''}")
+    seconds = cal.predict(args.kernel, **shape)
+    how = "fitted" if args.kernel in cal.kernels else f"{cal.source} roofline"
+    print(f"{seconds:.6g} s  ({seconds * 1e6:,.1f} us; {args.kernel} on {cal.name}, {how})")
+    return 0
+
+
+def _fit(args) -> int:
+    import yaml  # noqa: PLC0415
+
+    from microbench.fit import describe, fit  # noqa: PLC0415
+    from microbench.records import read_jsonl  # noqa: PLC0415
+    from sim.calibration import calibration_to_dict, load_calibration  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    records, device = read_jsonl(args.measurements)
+    base = load_calibration(args.base, key="--base") if args.base else None
+    out = Path(args.out)
+    if device is not None:
+        device.setdefault("provenance", {})["measurements"] = Path(args.measurements).name
+    cal = fit(records, device=device, base=base, name=args.name or out.stem, folds=args.folds,
+              grid=not args.no_grid)
+    for f in cal.kernels.values():
+        print("  " + describe(f))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(f"# kvsim calibration, schema 2, fitted by microbench fit from {Path(args.measurements).name}.\n"
+                   + yaml.safe_dump(calibration_to_dict(cal), sort_keys=False, width=120))
+    print(f"wrote {out}")
+    return 0
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="microbench",
-        description="Time kvsim's kernels on your GPU and fit calibrations/<gpu>.yaml "
-                    "(not implemented yet; sim uses the datasheet calibrations meanwhile).")
-    parser.add_argument("command", nargs="?", choices=["calibrate", "fit", "predict"])
-    args, _ = parser.parse_known_args(argv)
-    if args.command is None:
-        parser.print_help()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and args.command != "predict":
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    try:
+        if args.command == "predict":
+            return _predict(args, rest)
+        if args.command == "fit":
+            return _fit(args)
+        from microbench.calibrate import calibrate  # noqa: PLC0415
+
+        device = f"cuda:{args.gpu}" if args.gpu is not None else args.device
+        calibrate(argv, device_arg=device, models=args.model, quick=args.quick, out=args.out,
+                  threads=args.threads, show_progress=not args.no_progress and sys.stderr.isatty())
         return 0
-    print(f"error: microbench {args.command}: not implemented yet; "
-          "use the datasheet calibrations in calibrations/", file=sys.stderr)
-    return 2
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,148 @@
+"""``microbench calibrate``: run the suites on one device, keep the JSONL, fit, write the YAML.
+
+The sweep (microbench.suites) runs each case with a rich progress bar, timing it as
+microbench.timing describes; every timing becomes one JSONL record (microbench.records).
+Then microbench.fit turns the records into a measured calibration whose provenance says
+which device, software and command produced it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+from microbench.cases import input_bytes, make_fns
+from microbench.suites import DEFAULT_MODELS, cases
+from microbench.timing import cpu_cache_bytes, rotation_copies, time_cpu, time_cuda, time_host_copy_cuda
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _driver() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10, check=True)
+        return out.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return "unknown"
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def device_record(torch, device, argv: list[str]) -> dict:
+    """The JSONL device record: name, memory and provenance of this device and software."""
+    prov = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": shlex.join(["microbench", *argv]), "kvsim": _version("kvsim"),
+            "torch": torch.__version__, "triton": _version("triton"), "python": platform.python_version(),
+            "schema": "2", "host": platform.node()}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        name, memory = props.name, int(props.total_memory)
+        prov.update(cuda=str(torch.version.cuda), driver=_driver(), sm_count=str(props.multi_processor_count),
+                    timing="triton.testing.do_bench median (L2 flushed, inputs rotated over > 2x L2); "
+                           "host copies: CUDA events, median of 20")
+    else:
+        name = f"CPU {_cpu_name()}"
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        prov.update(cuda="none", driver="none", torch_threads=str(torch.get_num_threads()),
+                    cpu_count=str(os.cpu_count()),
+                    timing="time.perf_counter around each call, median; inputs rotated over > 2x LLC",
+                    host_copies="host memcpy (no PCIe on a CPU device)",
+                    kernels="torch reference paths (kernels.reference); KV write as index_copy_")
+    prov["device"] = name
+    prov["memory_bytes"] = str(memory)
+    return {"name": ("cpu-" if device.type == "cpu" else "") + slug(name.replace("NVIDIA", "").replace("CPU", "")),
+            "gpu_name": name, "memory_bytes": memory, "provenance": prov}
+
+
+def run_sweep(torch, device, todo: list[tuple[str, dict]], *, quick: bool, show_progress: bool = True) -> list[dict]:
+    """Time every (kernel, shape) of ``todo``; one record per case."""
+    from rich.console import Console  # noqa: PLC0415
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
+
+    cuda = device.type == "cuda"
+    cache = (getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 50 << 20) if cuda \
+        else cpu_cache_bytes()
+    records = []
+    columns = (TextColumn("measuring"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[what]}"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True, disable=not show_progress) as bar:
+        task = bar.add_task("sweep", total=len(todo), what="")
+        for kernel, shape in todo:
+            bar.update(task, what=f"{kernel} {' '.join(f'{k}={v}' for k, v in shape.items())}")
+            host = kernel in ("copy_h2d", "copy_d2h")
+            copies = 1 if host else rotation_copies(input_bytes(kernel, shape), cache)
+            fns = make_fns(kernel, shape, device, copies)
+            if cuda:
+                t = time_host_copy_cuda(fns) if host else time_cuda(fns, rep_ms=40 if quick else 100)
+            else:
+                t = time_cpu(fns, min_time_s=0.01 if quick else 0.05, min_repeats=5 if quick else 9,
+                             warmup=1 if quick else 2)
+            records.append({"kernel": kernel, **shape, "time_s": t.median_s, "p20_s": t.p20_s, "p80_s": t.p80_s,
+                            "repeats": t.repeats, "source": "microbench"})
+            del fns
+            bar.advance(task)
+    return records
+
+
+def calibrate(argv: list[str], *, device_arg: str, models: list[str] | None, quick: bool,
+              out: str | None, threads: int | None = None, show_progress: bool = True, log=print) -> Path:
+    """Measure, write ``<out>.jsonl`` and ``<out>.yaml`` (default calibrations/<device>.yaml)."""
+    import torch  # noqa: PLC0415
+    import yaml  # noqa: PLC0415
+
+    from microbench.fit import describe, fit  # noqa: PLC0415
+    from microbench.records import write_jsonl  # noqa: PLC0415
+    from sim.calibration import calibration_to_dict  # noqa: PLC0415
+    from sim.model import load_model  # noqa: PLC0415
+
+    device = torch.device(device_arg)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    names = models or list(DEFAULT_MODELS[device.type])
+    specs = [load_model(n, source="--model", key="model") for n in names]
+    dev = device_record(torch, device, argv)
+    dev["provenance"]["models"] = ", ".join(names)
+    todo = cases(specs, device.type, quick)
+    log(f"{dev['gpu_name']}: {len(todo)} measurements on {', '.join(names)} shapes"
+        f"{' (quick)' if quick else ''}")
+    records = run_sweep(torch, device, todo, quick=quick, show_progress=show_progress)
+    yaml_path = Path(out) if out else Path("calibrations") / f"{dev['name']}{'-quick' if quick else ''}.yaml"
+    yaml_path.parent.mkdir(parents=True, exist_ok=True)
+    jsonl_path = yaml_path.with_suffix(".jsonl")
+    write_jsonl(jsonl_path, records, dev)
+    dev["provenance"]["measurements"] = jsonl_path.name
+    cal = fit(records, device=dev, name=yaml_path.stem)
+    for f in cal.kernels.values():
+        log("  " + describe(f))
+    header = (f"# kvsim calibration, schema 2, measured by microbench on {dev['gpu_name']}.\n"
+              f"# Raw timings: {jsonl_path.name} (refit: microbench fit {jsonl_path.name} -o {yaml_path.name}).\n")
+    yaml_path.write_text(header + yaml.safe_dump(calibration_to_dict(cal), sort_keys=False, width=120))
+    log(f"wrote {yaml_path} and {jsonl_path}")
+    return yaml_path

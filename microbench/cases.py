@@ -1,0 +1,135 @@
+"""Inputs and callables for one measurement: ``make_fns(kernel, shape, device, copies)``.
+
+On CUDA the callables run kvsim's Triton kernels (``kernels/``) and torch's cuBLAS GEMM;
+on the CPU they run the torch reference paths (``kernels.reference``; the KV write as one
+vectorized index_copy, since the reference loops over tokens in Python). Each callable
+does one launch's work on its own copy of the inputs (``copies`` of them, for rotation).
+Inputs are random; timings do not depend on values.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sim.kernel_models import DTYPE_BYTES
+
+TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def input_bytes(kernel: str, shape: dict) -> int:
+    """Bytes of one copy of the inputs a launch reads (sizes the rotation)."""
+    b = DTYPE_BYTES.get(shape.get("dtype", "bf16"), 2)
+    if kernel in ("gemm", "decode_gemv"):
+        return (shape["m"] + shape["n"]) * shape["k"] * b
+    if kernel == "decode_attention":
+        return shape["num_seqs"] * shape["context_len"] * 2 * shape["num_kv_heads"] * shape["head_dim"] * b
+    if kernel == "prefill_attention":
+        tokens = shape["num_seqs"] * (shape["context_len"] + shape["query_len"])
+        return tokens * 2 * shape["num_kv_heads"] * shape["head_dim"] * b
+    if kernel == "kv_write":
+        return 2 * shape["num_tokens"] * shape["num_kv_heads"] * shape["head_dim"] * b
+    if kernel == "rmsnorm":
+        return 2 * shape["num_tokens"] * shape["hidden_size"] * b
+    if kernel == "step":
+        return 4 * shape["num_seqs"] * shape["vocab_size"]
+    return int(shape["num_bytes"])
+
+
+def _paged(torch, device, dtype, lens: list[int], block_size: int, hkv: int, d: int, gen, cpu_gen):
+    """A paged K and V cache holding ``lens`` tokens per sequence in shuffled blocks, and its block table."""
+    per_seq = [max(1, math.ceil(n / block_size)) for n in lens]
+    num_blocks = sum(per_seq)
+    k = torch.randn(num_blocks, block_size, hkv, d, device=device, dtype=dtype, generator=gen)
+    v = torch.randn(num_blocks, block_size, hkv, d, device=device, dtype=dtype, generator=gen)
+    perm = torch.randperm(num_blocks, generator=cpu_gen).to(torch.int32)
+    table = torch.zeros(len(lens), max(per_seq), dtype=torch.int32)
+    pos = 0
+    for s, nb in enumerate(per_seq):
+        table[s, :nb] = perm[pos:pos + nb]
+        pos += nb
+    return k, v, table.to(device)
+
+
+def _one(torch, kernel: str, s: dict, device, gen, cpu_gen):
+    """One callable for one copy of the inputs."""
+    cuda = device.type == "cuda"
+    dtype = getattr(torch, TORCH_DTYPES.get(s.get("dtype", "bf16"), "bfloat16"))
+    rand = lambda *shape: torch.randn(*shape, device=device, dtype=dtype, generator=gen)  # noqa: E731
+    if kernel in ("gemm", "decode_gemv"):
+        x, w = rand(s["m"], s["k"]), rand(s["n"], s["k"])  # weight [n, k] as in nn.Linear
+        if kernel == "decode_gemv":
+            from kernels import decode_gemv  # noqa: PLC0415
+
+            return lambda: decode_gemv(x, w)
+        return lambda: torch.matmul(x, w.t())
+    if kernel == "decode_attention":
+        n, ctx, hq, hkv, d = s["num_seqs"], s["context_len"], s["num_q_heads"], s["num_kv_heads"], s["head_dim"]
+        kc, vc, table = _paged(torch, device, dtype, [ctx] * n, s["block_size"], hkv, d, gen, cpu_gen)
+        q, lens = rand(n, hq, d), torch.full((n,), ctx, dtype=torch.int32, device=device)
+        if cuda:
+            from kernels import paged_attention_decode  # noqa: PLC0415
+
+            return lambda: paged_attention_decode(q, kc, vc, table, lens, max_seq_len=ctx)
+        from kernels.reference import paged_attention_decode_ref  # noqa: PLC0415
+
+        return lambda: paged_attention_decode_ref(q, kc, vc, table, lens)
+    if kernel == "prefill_attention":
+        n, ql, ctx, hq, hkv, d = (s["num_seqs"], s["query_len"], s["context_len"], s["num_q_heads"],
+                                  s["num_kv_heads"], s["head_dim"])
+        kc, vc, table = _paged(torch, device, dtype, [ctx + ql] * n, 16, hkv, d, gen, cpu_gen)
+        q, k, v = rand(n * ql, hq, d), rand(n * ql, hkv, d), rand(n * ql, hkv, d)
+        starts = torch.arange(0, n * ql + 1, ql, dtype=torch.int32, device=device)
+        ctx_lens = torch.full((n,), ctx, dtype=torch.int32, device=device)
+        if cuda:
+            from kernels import prefill_attention  # noqa: PLC0415
+
+            return lambda: prefill_attention(q, k, v, kc, vc, table, starts, ctx_lens, max_query_len=ql)
+        from kernels.reference import prefill_attention_ref  # noqa: PLC0415
+
+        return lambda: prefill_attention_ref(q, k, v, kc, vc, table, starts, ctx_lens)
+    if kernel == "kv_write":
+        t, hkv, d = s["num_tokens"], s["num_kv_heads"], s["head_dim"]
+        kc, vc, _ = _paged(torch, device, dtype, [t], 16, hkv, d, gen, cpu_gen)
+        k, v = rand(t, hkv, d), rand(t, hkv, d)
+        slots = torch.randperm(kc.shape[0] * 16, generator=cpu_gen)[:t].to(device)
+        if cuda:
+            from kernels import write_kv_cache  # noqa: PLC0415
+
+            return lambda: write_kv_cache(k, v, kc, vc, slots)
+        flat_k, flat_v = kc.view(-1, hkv, d), vc.view(-1, hkv, d)
+        return lambda: (flat_k.index_copy_(0, slots, k), flat_v.index_copy_(0, slots, v))
+    if kernel == "rmsnorm":
+        x, res, w = rand(s["num_tokens"], s["hidden_size"]), rand(s["num_tokens"], s["hidden_size"]), rand(s["hidden_size"])
+        h = s["hidden_size"]
+        return lambda: torch.nn.functional.rms_norm(res.add_(x), (h,), w, 1e-6)
+    if kernel == "copy_d2d":
+        src = torch.empty(s["num_bytes"], dtype=torch.uint8, device=device)
+        dst = torch.empty_like(src)
+        return lambda: dst.copy_(src)
+    if kernel in ("copy_h2d", "copy_d2h"):
+        host = torch.empty(s["num_bytes"], dtype=torch.uint8, pin_memory=bool(s["pinned"]) and cuda)
+        dev = torch.empty(s["num_bytes"], dtype=torch.uint8, device=device)
+        if kernel == "copy_h2d":
+            return lambda: dev.copy_(host, non_blocking=bool(s["pinned"]))
+        return lambda: host.copy_(dev, non_blocking=bool(s["pinned"]))
+    if kernel == "step":
+        n, vocab = s["num_seqs"], s["vocab_size"]
+        meta_host = torch.zeros(n, 72, dtype=torch.int32, pin_memory=cuda)  # block table row + positions
+        logits = torch.randn(n, vocab, device=device, dtype=torch.float32, generator=gen)
+
+        def step():
+            meta = meta_host.to(device, non_blocking=True)
+            ids = torch.argmax(logits, dim=-1) + meta[:, 0]
+            return ids.cpu()  # synchronizes, as an engine step does to read the sampled tokens
+
+        return step
+    raise ValueError(f"kernel: no case for {kernel!r}")
+
+
+def make_fns(kernel: str, shape: dict, device, copies: int = 1) -> list:
+    """``copies`` callables doing ``kernel`` on ``shape``, each on its own inputs (seeded)."""
+    import torch  # noqa: PLC0415
+
+    gen = torch.Generator(device=device).manual_seed(0)
+    cpu_gen = torch.Generator().manual_seed(0)
+    return [_one(torch, kernel, shape, device, gen, cpu_gen) for _ in range(max(1, copies))]

@@ -1,0 +1,221 @@
+"""Fit kernel time models to measurements, cross-validate them by shape, build a Calibration.
+
+``fit(records) -> Calibration`` fits every kernel present (sim.kernel_models' one model
+form; parameters physical: bytes/s, FLOP/s, tokens, seconds), reports each fit's error
+by k-fold cross-validation *by shape* (all timings of one shape, i.e. all fields but the
+kernel's axis, are held out together and predicted by the analytic form alone, as a
+shape of an unseen model would be), and keeps the measurements as the interpolation grid.
+
+Fitting minimizes a robust (soft-L1) loss on log(predicted / measured), so that a 10 us
+and a 10 ms timing weigh alike and a few noisy timings do not pull the fit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+
+from sim.calibration import Calibration, CalibrationSource
+from sim.errors import ConfigError
+from sim.kernel_models import KERNELS, PARAM_NAMES, GridRow, KernelFit, features, grid_key, roofline_s
+
+MAX_GRID_POINTS = 48  # per shape; log-spaced subsample of the measured axis values
+# (lower, upper) bounds of the free parameters
+BOUNDS = {"bandwidth_bytes_per_s": (1e6, 1e15), "flops_per_s": (1e6, 1e17), "x_half": (1e-3, 1e5),
+          "overhead_s": (1e-9, 1.0), "item_s": (1e-10, 1.0), "sharpness": (1.0, 30.0)}
+
+
+def _arrays(kernel: str, records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    feats = np.array([features(kernel, r) for r in records], dtype=float)  # bytes, flops, items, x
+    return feats, np.array([r["time_s"] for r in records], dtype=float)
+
+
+def _free_params(feats: np.ndarray) -> list[str]:
+    free = ["bandwidth_bytes_per_s", "overhead_s"]
+    if (feats[:, 1] > 0).any():
+        free += ["flops_per_s", "sharpness"]
+        if np.ptp(feats[:, 3]) > 0:
+            free.append("x_half")
+    if (feats[:, 2] > 0).any():
+        free.append("item_s")
+    return free
+
+
+def _predict(params: dict, feats: np.ndarray) -> np.ndarray:
+    return np.array([roofline_s(params, *row) for row in feats])
+
+
+def _vector_model(free: list[str], fixed: dict, feats: np.ndarray):
+    """A vectorized roofline over ``feats`` for a log-parameter vector (the same form as roofline_s)."""
+    nbytes, flops, items, x = feats.T
+
+    def model(logp: np.ndarray) -> np.ndarray:
+        p = {**fixed, **dict(zip(free, np.exp(logp)))}
+        mem = nbytes / p["bandwidth_bytes_per_s"]
+        eff = np.where(x > 0, x / (x + p["x_half"]), 1e-12)
+        comp = np.where(flops > 0, flops / (p["flops_per_s"] * eff), 0.0)
+        hi, lo = np.maximum(mem, comp), np.minimum(mem, comp)
+        s = p["sharpness"]
+        if math.isfinite(s):
+            hi = hi * (1.0 + (lo / np.maximum(hi, 1e-30)) ** s) ** (1.0 / s)
+        return p["overhead_s"] + p["item_s"] * items + hi
+
+    return model
+
+
+def fit_params(kernel: str, records: list[dict]) -> dict[str, float]:
+    """Least-squares parameters of ``kernel``'s model form on ``records`` (at least 2)."""
+    from scipy.optimize import least_squares  # noqa: PLC0415  (scipy: only when fitting)
+
+    feats, t = _arrays(kernel, records)
+    free = _free_params(feats)
+    fixed = {"flops_per_s": math.inf, "x_half": 0.0, "item_s": 0.0, "sharpness": math.inf}
+    big = feats[:, 0] >= np.quantile(feats[:, 0], 0.75)
+    guess = {"bandwidth_bytes_per_s": float(np.median(feats[big, 0] / t[big])),
+             "flops_per_s": float(np.max(feats[:, 1] / t)) * 1.5 or 1e12, "x_half": 16.0,
+             "overhead_s": float(np.min(t)) * 0.5, "item_s": float(np.min(t)) * 0.1, "sharpness": 4.0}
+    lo = np.log([BOUNDS[p][0] for p in free])
+    hi = np.log([BOUNDS[p][1] for p in free])
+    x0 = np.clip(np.log([max(guess[p], 1e-30) for p in free]), lo + 1e-9, hi - 1e-9)
+    model = _vector_model(free, fixed, feats)
+    log_t = np.log(t)
+    res = least_squares(lambda lp: np.log(model(lp)) - log_t, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05)
+    return {name: float(v) for name, v in {**fixed, **dict(zip(free, np.exp(res.x)))}.items()}
+
+
+def mape(params: dict, kernel: str, records: list[dict]) -> float:
+    feats, t = _arrays(kernel, records)
+    return float(np.mean(np.abs(_predict(params, feats) / t - 1.0)))
+
+
+def cross_validate(kernel: str, records: list[dict], folds: int = 5, seed: int = 0) -> tuple[float | None, int]:
+    """(MAPE of the analytic form on held-out shapes, folds used).
+
+    Folds hold out whole shapes; a kernel measured on one shape only (a copy over sizes)
+    holds out single records instead. (None, 0) with fewer than 3 records.
+    """
+    by_shape = defaultdict(list)
+    for r in records:
+        by_shape[grid_key(kernel, r)].append(r)
+    if len(by_shape) < 2:
+        by_shape = {(i,): [r] for i, r in enumerate(records)}
+        if len(records) < 3:
+            return None, 0
+    keys = sorted(by_shape, key=repr)
+    folds = min(folds, len(keys))
+    if folds < 2:
+        return None, 0
+    order = np.random.default_rng(seed).permutation(len(keys))
+    errors = []
+    for f in range(folds):
+        test_keys = {keys[i] for i in order[f::folds]}
+        train = [r for k in keys if k not in test_keys for r in by_shape[k]]
+        test = [r for k in test_keys for r in by_shape[k]]
+        params = fit_params(kernel, train)
+        feats, t = _arrays(kernel, test)
+        errors.extend(np.abs(_predict(params, feats) / t - 1.0))
+    return float(np.mean(errors)), folds
+
+
+def build_grid(kernel: str, records: list[dict], max_points: int = MAX_GRID_POINTS) -> tuple[GridRow, ...]:
+    """Per shape: median time at each axis value, at most ``max_points`` log-spaced values kept,
+    as a running maximum along the axis (more work never predicts less time)."""
+    axis = KERNELS[kernel].axis
+    cells: dict[tuple, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        cells[grid_key(kernel, r)][float(r[axis])].append(r["time_s"])
+    rows = []
+    for key in sorted(cells, key=repr):
+        xs = sorted(v for v in cells[key] if v > 0)
+        if len(xs) < 2:
+            continue
+        if len(xs) > max_points:
+            idx = np.unique(np.round(np.geomspace(1, len(xs), max_points)).astype(int) - 1)
+            xs = [xs[i] for i in idx]
+        times = np.maximum.accumulate([float(np.median(cells[key][x])) for x in xs])
+        rows.append(GridRow(key, tuple(xs), tuple(float(t) for t in times)))
+    return tuple(rows)
+
+
+def fit_kernel(kernel: str, records: list[dict], *, folds: int = 5, grid: bool = True) -> KernelFit:
+    """Fit, cross-validate and grid one kernel's records."""
+    if len(records) < 2:
+        raise ConfigError("<measurements>", kernel, f"need at least 2 records to fit, got {len(records)}")
+    params = fit_params(kernel, records)
+    cv, used = cross_validate(kernel, records, folds)
+    return KernelFit(kernel, params, cv_mape=cv, train_mape=mape(params, kernel, records),
+                     num_records=len(records), num_shapes=len({grid_key(kernel, r) for r in records}),
+                     cv_folds=used, grid=build_grid(kernel, records) if grid else ())
+
+
+def _scalar(fits: dict[str, KernelFit], kernel: str, param: str, default: float | None) -> float | None:
+    fit = fits.get(kernel)
+    v = fit.params[param] if fit is not None else None
+    return v if v is not None and math.isfinite(v) else default
+
+
+def fit(records: list[dict], *, device: dict | None = None, base: Calibration | None = None,
+        name: str | None = None, folds: int = 5, grid: bool = True, progress=None) -> Calibration:
+    """A measured Calibration from measurement records (see microbench.records).
+
+    The scalar keys (bandwidth, FLOP/s, PCIe, launch and step overhead) come from the fits
+    (copy_d2d, gemm, copy_h2d, copy_d2d's overhead, step), falling back to ``base``; the
+    device name and memory come from ``device`` (a JSONL device record) or ``base``.
+    ``progress``: optional callable(kernel) before each kernel is fitted.
+    """
+    by_kernel: dict[str, list[dict]] = defaultdict(list)
+    for r in records:
+        by_kernel[r["kernel"]].append(r)
+    fits = {}
+    for kernel in (k for k in KERNELS if k in by_kernel):
+        if progress is not None:
+            progress(kernel)
+        fits[kernel] = fit_kernel(kernel, by_kernel[kernel], folds=folds, grid=grid)
+    device = device or {}
+    pinned = [r for r in by_kernel.get("copy_h2d", []) if r.get("pinned")]
+    pcie = fit_params("copy_h2d", pinned)["bandwidth_bytes_per_s"] if len(pinned) >= 2 else None
+    need = {
+        "memory_bytes": device.get("memory_bytes"),
+        "hbm_bandwidth_bytes_per_s": _scalar(fits, "copy_d2d", "bandwidth_bytes_per_s",
+                                             _scalar(fits, "gemm", "bandwidth_bytes_per_s", None)),
+        "peak_flops": _scalar(fits, "gemm", "flops_per_s", None),
+        "pcie_bandwidth_bytes_per_s": pcie or _scalar(fits, "copy_h2d", "bandwidth_bytes_per_s", None),
+        "kernel_launch_s": _scalar(fits, "copy_d2d", "overhead_s", _scalar(fits, "gemm", "overhead_s", None)),
+        "step_overhead_s": _scalar(fits, "step", "overhead_s", None),
+    }
+    for key, value in need.items():
+        if value is None:
+            if base is None:
+                raise ConfigError("<measurements>", key, "not measured and no device record; pass a base "
+                                  "calibration (microbench fit --base NAME) to take it from")
+            need[key] = getattr(base, key) * (base.bandwidth_efficiency if key == "hbm_bandwidth_bytes_per_s" else 1)
+    provenance = {**(base.provenance if base and not device else {}), **(device.get("provenance") or {})}
+    provenance = {k: str(v) for k, v in provenance.items()}
+    provenance["fit"] = ", ".join(f"{k}: cv MAPE {f.cv_mape:.1%}" if f.cv_mape is not None else f"{k}: no cv"
+                                  for k, f in fits.items())
+    gemm_half = _scalar(fits, "gemm", "x_half", base.compute_m_half_tokens if base else 0.0)
+    return Calibration(
+        name=name or device.get("name") or (base.name + "-measured" if base else "measured"),
+        source=CalibrationSource.MEASURED,
+        gpu_name=device.get("gpu_name") or (base.gpu_name if base else "unknown"),
+        memory_bytes=int(need["memory_bytes"]), hbm_bandwidth_bytes_per_s=need["hbm_bandwidth_bytes_per_s"],
+        bandwidth_efficiency=1.0, peak_flops=need["peak_flops"], compute_eff_max=1.0,
+        compute_m_half_tokens=gemm_half, pcie_bandwidth_bytes_per_s=need["pcie_bandwidth_bytes_per_s"],
+        kernel_launch_s=need["kernel_launch_s"], step_overhead_s=need["step_overhead_s"],
+        provenance=provenance, schema=2, kernels=fits)
+
+
+def describe(fit_: KernelFit) -> str:
+    """One line of physical parameters: GB/s, TFLOP/s, tokens, microseconds, and the errors."""
+    p = fit_.params
+    parts = [f"{fit_.kernel:<18}", f"{p['bandwidth_bytes_per_s'] / 1e9:9.1f} GB/s"]
+    if math.isfinite(p["flops_per_s"]):
+        parts.append(f"{p['flops_per_s'] / 1e12:8.2f} TFLOP/s x_half {p['x_half']:7.1f} p {p['sharpness']:4.1f}")
+    parts.append(f"overhead {p['overhead_s'] * 1e6:8.1f} us")
+    if p["item_s"] > 0:
+        parts.append(f"per item {p['item_s'] * 1e6:7.1f} us")
+    cv = "-" if fit_.cv_mape is None else f"{fit_.cv_mape:.1%}"
+    parts.append(f"cv MAPE {cv} ({fit_.cv_folds} folds, {fit_.num_shapes} shapes, {fit_.num_records} records)")
+    return "  ".join(parts)
