@@ -121,3 +121,36 @@ def _cost_model(name: str):
     if name not in _CACHE:
         _CACHE[name] = build_cost_model(load_model(name), load_calibration("a100-80gb"))
     return _CACHE[name]
+
+
+# -- measured calibrations: the step composed from fitted kernel models ---------------------
+
+def _measured():
+    return load_calibration("cpu-epyc-2core")
+
+
+def test_measured_calibration_uses_fitted_kernels() -> None:
+    cal = _measured()
+    model = load_model("tiny-llama")
+    cm = build_cost_model(model, cal)
+    assert cm.fitted is not None and build_cost_model(model, load_calibration("a100-80gb")).fitted is None
+    m = 8
+    gemms = sum(op.num_layers * cal.predict("gemm", m=m, n=op.n, k=op.k, dtype="bf16")
+                for op in __import__("sim.model", fromlist=["linear_ops"]).linear_ops(model))
+    t = step(cm, num_seqs=m, num_decode_tokens=m, decode_kv_tokens=m * 100)
+    assert t > gemms + cal.predict("step", num_seqs=m, vocab_size=model.vocab_size)
+    assert swap_time_s(cm, 1 << 20) == pytest.approx(
+        0.5 * (cal.predict("copy_h2d", num_bytes=1 << 20, pinned=True)
+               + cal.predict("copy_d2h", num_bytes=1 << 20, pinned=True)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(base=st.tuples(*[st.integers(0, 4000)] * 5), which=st.integers(0, 4), extra=st.integers(1, 3000))
+def test_fitted_step_time_is_monotone(base, which, extra) -> None:
+    cm = build_cost_model(load_model("qwen2.5-1.5b"), _measured())
+    seqs, prefill, decode, kv, pairs = base
+    args = dict(num_seqs=seqs, num_prefill_tokens=prefill, num_decode_tokens=decode,
+                decode_kv_tokens=kv, prefill_attn_pairs=pairs, prefill_kv_tokens=prefill)
+    key = list(args)[which]
+    bigger = dict(args, **{key: args[key] + extra})
+    assert step(cm, **bigger) >= step(cm, **args) - 1e-15
