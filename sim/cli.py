@@ -28,6 +28,7 @@ def _add_run_parser(sub) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from sim.kvcli import add_kv_parser
     from sim.sweepcli import add_compare_parser, add_sweep_parser
+    from sim.validate.cli import add_validate_parser
 
     parser = argparse.ArgumentParser(
         prog="sim", description="kvsim: what will my LLM server do with its GPU memory?")
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_kv_parser(sub)
     add_sweep_parser(sub)
     add_compare_parser(sub)
+    add_validate_parser(sub)
     return parser
 
 
@@ -81,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
             from sim.compare import run_compare
 
             return run_compare(args)
+        if args.command == "validate":
+            from sim.validate.cli import run_validate
+
+            return run_validate(args)
         from sim.kvcli import run_kv
 
         return run_kv(args)

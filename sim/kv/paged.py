@@ -127,6 +127,10 @@ class PagedAllocator:
 
     # -- accounting -----------------------------------------------------------------------
 
+    def block_ids(self, req: Request) -> list[int]:
+        """A copy of ``req``'s block table (physical block ids, oldest first)."""
+        return list(self.block_tables.get(req.request_id, ()))
+
     def held_slots(self, req: Request) -> int:
         return len(self.block_tables.get(req.request_id, ())) * self.block_size
 

@@ -8,6 +8,11 @@ from sim.kv.token_budget import TokenBudget
 from sim.request import Request
 
 
+def is_decode(req: Request, num_new_tokens: int) -> bool:
+    """Is this scheduled work a decode: the one token sampled last step, all else cached?"""
+    return num_new_tokens == 1 and req.num_generated > 0 and req.num_computed_tokens == req.num_tokens - 1
+
+
 @dataclass
 class SchedulerOutput:
     """The batch of one step plus the aggregates the cost model needs.
@@ -31,6 +36,8 @@ class SchedulerOutput:
     swap_out_bytes: int = 0
     swap_in_bytes: int = 0
     rejected: list[Request] = field(default_factory=list)
+    # Block ids each swapped-out request held (a real engine copies them out first).
+    swapped_out_blocks: dict[int, list[int]] = field(default_factory=dict)
     # Token-level KV eviction bounds what attention reads (kept tokens only).
     budget: TokenBudget = field(default_factory=TokenBudget)
 
@@ -41,7 +48,7 @@ class SchedulerOutput:
         self.scheduled.append((req, num_new_tokens))
         cached = req.num_computed_tokens
         cap = self._cap
-        if num_new_tokens == 1 and req.num_generated > 0 and cached == req.num_tokens - 1:
+        if is_decode(req, num_new_tokens):
             self.num_decode_tokens += 1
             self.decode_kv_tokens += cached + 1 if cap is None or cached < cap else cap
         else:

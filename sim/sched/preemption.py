@@ -47,6 +47,9 @@ class Preemptor:
         if self.mode == PreemptionMode.SWAP:
             num_bytes = self.held_bytes(req)
             if self.swap.reserve(req.request_id, num_bytes):
+                block_ids = getattr(self.allocator, "block_ids", None)
+                if block_ids is not None:
+                    out.swapped_out_blocks[req.request_id] = block_ids(req)
                 self.allocator.free(req)
                 req.status = RequestStatus.SWAPPED
                 req.num_swaps += 1

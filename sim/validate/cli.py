@@ -1,0 +1,144 @@
+"""``sim validate SCENARIO --device cpu|cuda:0 [--calibration CAL] [--out DIR]``.
+
+Writes ``validation.json`` (lockstep step-time errors; open-loop latency, throughput, KV
+and preemption errors) and ``validation.html``, and prints a short table. Exits non-zero
+only when it cannot run (bad input: status 2), never because the error is large.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+
+from sim.errors import ConfigError
+from sim.kv import AllocatorKind
+
+
+def add_validate_parser(sub) -> None:
+    p = sub.add_parser("validate", help="run the scenario on a real model and measure the simulator's error")
+    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
+    p.add_argument("--calibration", default=None,
+                   help="calibration name or YAML for the simulator (default: the scenario's gpu)")
+    p.add_argument("--out", default=None, help="output folder (default runs/<name>-validate)")
+    p.add_argument("--mode", choices=("both", "lockstep", "open-loop"), default="both")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE")
+    p.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up run")
+
+
+def _check(sc) -> None:
+    src = sc.source_path
+    if sc.kv.allocator != AllocatorKind.PAGED:
+        raise ConfigError(src, "kv.allocator", "sim validate runs the paged allocator only (the real "
+                          "engine's KV cache is block-based); use 'paged'")
+    if sc.kv.token_eviction.policy != "none":
+        raise ConfigError(src, "kv.token_eviction.policy", "sim validate does not run token-level eviction; use 'none'")
+    if sc.engine.weight_dtype not in ("fp16", "bf16"):
+        raise ConfigError(src, "engine.weight_dtype", "sim validate runs fp16 or bf16 weights")
+
+
+def _device(name: str):
+    import torch
+
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ConfigError("<cli>", "--device", f"unknown device {name!r}; use cpu or cuda[:N]") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("<cli>", "--device", "CUDA is not available on this machine; use --device cpu")
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError("<cli>", "--device", f"unsupported device {name!r}; use cpu or cuda[:N]")
+    return device
+
+
+def run_validate(args) -> int:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise ConfigError("<cli>", "validate", "needs torch: pip install -e '.[gpu]'") from None
+    from sim.engine import SimResult
+    from sim.metrics import summarize
+    from sim.output import write_atomic
+    from sim.scenario import load_scenario
+    from sim.validate import compare, runner
+    from sim.validate.report import render_validation
+
+    overrides = list(args.overrides) + ([f"gpu={args.calibration}"] if args.calibration else [])
+    sc = load_scenario(args.scenario, overrides)
+    _check(sc)
+    device = _device(args.device)
+    out_dir = Path(args.out) if args.out else Path("runs") / f"{sc.name}-validate"
+    t0 = time.perf_counter()
+    sim_result = runner.simulate(sc)  # also checks the plan before any model is built
+    model = runner.make_model(sc, device)
+    if not args.no_warmup:
+        runner.warm_up(sc, model)
+    result: dict = {"scenario": sc.name, "device": str(device), "calibration": sim_result.calibration_name,
+                    "calibration_source": sim_result.calibration_source, "model": sc.model,
+                    "machine": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    lock_samples, real_reqs = [], None
+    if args.mode in ("both", "lockstep"):
+        lock_result, lock_samples = runner.run_lockstep(sc, device, model)
+        result["lockstep"] = compare.step_errors(lock_samples)
+        result["lockstep"]["same_decisions_as_simulator"] = (
+            [s.batch for s in lock_samples] == _batches(sc))
+    if args.mode in ("both", "open-loop"):
+        real = runner.run_open_loop(sc, model)
+        real_result = SimResult(sc, sim_result.plan, "real engine", "measured", real.requests, real.steps,
+                                real.scheduler, real.preemptor, real.allocator, real.swap,
+                                sim_wall_s=real.end_s, end_s=real.end_s)
+        real_summary, sim_summary = summarize(real_result), summarize(sim_result)
+        result["open_loop"] = compare.summary_errors(real_summary, sim_summary)
+        result["open_loop"]["real_step_errors"] = compare.step_errors(real.samples)
+        real_reqs = real.requests
+    result["wall_s"] = time.perf_counter() - t0
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(out_dir / "validation.json", json.dumps(result, indent=2) + "\n")
+    write_atomic(out_dir / "validation.html",
+                 render_validation(result, lock_samples, real_reqs, sim_result.requests))
+    _print(result, out_dir)
+    return 0
+
+
+def _batches(sc) -> list[tuple]:
+    """The simulator's own decisions, step by step, for the lockstep comparison."""
+    from sim.engine import Simulation
+
+    batches: list[tuple] = []
+    sim = Simulation(sc, step_hook=lambda out: batches.append(
+        tuple((r.request_id, n) for r, n in out.scheduled)))
+    sim.run()
+    return batches
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:+.1%}"
+
+
+def _print(result: dict, out_dir: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    lock = result.get("lockstep")
+    if lock and lock.get("num_steps"):
+        console.print(f"lockstep: {lock['num_steps']} steps, step-time MAPE {lock['mape']:.1%}, "
+                      f"bias {_pct(lock['bias'])}, same decisions as the simulator: "
+                      f"{lock['same_decisions_as_simulator']}", highlight=False)
+    ol = result.get("open_loop")
+    if ol:
+        t = Table(title="open loop: simulator against real engine (relative error)")
+        t.add_column("metric")
+        for q in ("p50", "p90", "p99"):
+            t.add_column(q, justify="right")
+        for m in ("ttft_s", "tpot_s", "e2e_s"):
+            t.add_row(m, *(_pct(ol[m][q]["rel_error"]) for q in ("p50", "p90", "p99")))
+        console.print(t)
+        console.print(f"throughput {_pct(ol['requests_per_s']['rel_error'])}, peak KV "
+                      f"{_pct(ol['peak_kv_used_fraction']['rel_error'])}, preemptions real "
+                      f"{ol['preemptions_recompute']['real']} / sim {ol['preemptions_recompute']['sim']}",
+                      highlight=False)
+    console.print(f"wrote {out_dir}/validation.json, validation.html ({result['wall_s']:.0f} s)",
+                  highlight=False)

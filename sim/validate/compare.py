@@ -1,0 +1,73 @@
+"""Errors between the simulator and the real engine.
+
+Relative errors are ``(predicted - measured) / measured``: positive means the simulator
+is pessimistic (predicts slower than reality). MAPE is the mean of their absolute values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+QUANTILES = ("p50", "p90", "p99")
+
+
+def _kind(s) -> str:
+    if s.num_prefill_tokens and s.num_decode_tokens:
+        return "mixed"
+    return "prefill" if s.num_prefill_tokens else "decode"
+
+
+def step_errors(samples) -> dict:
+    """Per-step predicted vs measured time: MAPE, bias, spread, worst steps, by step kind."""
+    if not samples:
+        return {"num_steps": 0}
+    pred = np.array([s.predicted_s for s in samples])
+    meas = np.array([s.measured_s for s in samples])
+    rel = (pred - meas) / meas
+    order = np.argsort(-np.abs(rel))[:5]
+    kinds = {}
+    for kind in ("prefill", "decode", "mixed"):
+        idx = [i for i, s in enumerate(samples) if _kind(s) == kind]
+        if idx:
+            kinds[kind] = {"num_steps": len(idx), "mape": float(np.mean(np.abs(rel[idx]))),
+                           "bias": float(np.mean(rel[idx]))}
+    return {
+        "num_steps": len(samples),
+        "mape": float(np.mean(np.abs(rel))),
+        "bias": float(np.mean(rel)),
+        "median_abs_error": float(np.median(np.abs(rel))),
+        "p90_abs_error": float(np.percentile(np.abs(rel), 90)),
+        "total_predicted_s": float(pred.sum()),
+        "total_measured_s": float(meas.sum()),
+        "by_kind": kinds,
+        "worst_steps": [{
+            "step": int(i), "predicted_s": float(pred[i]), "measured_s": float(meas[i]),
+            "rel_error": float(rel[i]), "num_seqs": samples[i].num_seqs,
+            "num_prefill_tokens": samples[i].num_prefill_tokens,
+            "num_decode_tokens": samples[i].num_decode_tokens,
+            "decode_kv_tokens": samples[i].decode_kv_tokens,
+        } for i in order],
+    }
+
+
+def _rel(sim: float | None, real: float | None) -> float | None:
+    if sim is None or real is None or real == 0:
+        return None
+    return (sim - real) / real
+
+
+def summary_errors(real: dict, sim: dict) -> dict:
+    """Open loop: the simulated summary against the real one, metric by metric."""
+    out: dict = {}
+    for metric in ("ttft_s", "tpot_s", "e2e_s"):
+        out[metric] = {q: {"real": real[metric][q], "sim": sim[metric][q],
+                           "rel_error": _rel(sim[metric][q], real[metric][q])} for q in QUANTILES}
+    for key in ("requests_per_s", "output_tokens_per_s"):
+        a, b = real["throughput"][key], sim["throughput"][key]
+        out[key] = {"real": a, "sim": b, "rel_error": _rel(b, a)}
+    a, b = real["kv"]["peak_used_fraction"], sim["kv"]["peak_used_fraction"]
+    out["peak_kv_used_fraction"] = {"real": a, "sim": b, "rel_error": _rel(b, a)}
+    for key in ("recompute", "swap"):
+        out[f"preemptions_{key}"] = {"real": real["preemptions"][key], "sim": sim["preemptions"][key]}
+    out["completed"] = {"real": real["requests"]["completed"], "sim": sim["requests"]["completed"]}
+    return out

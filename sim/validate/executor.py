@@ -1,0 +1,131 @@
+"""The real step executor: one scheduler batch, run on the model, timed.
+
+It reads the allocator's block tables (the same objects the simulator uses), packs the
+batch (prefill chunks first, then decodes), moves swapped KV blocks between the GPU
+cache and host memory, runs the forward and returns the measured seconds.
+
+Token content: every position's token id is derived from the request's symbolic
+segments (``sim.request``), so prompts that share a prefix share token ids, and the
+prefix cache's reused blocks hold exactly the KV a recomputation would produce. The
+sampled token is computed (greedy) but the next input is the workload's token: the same
+work, with content that never depends on random weights.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from sim.request import Request
+from sim.sched.output import SchedulerOutput, is_decode
+from sim.validate.model import StepInputs, TinyLlama
+
+
+def token_ids(req: Request, start: int, end: int, vocab_size: int) -> list[int]:
+    """Token ids of positions [start, end) of ``req``'s known tokens."""
+    ids, pos = [], 0
+    for seg_id, length in req.segments():
+        lo, hi = max(start, pos), min(end, pos + length)
+        for p in range(lo, hi):
+            ids.append((seg_id * 1_000_003 + (p - pos) * 7_919) % vocab_size)
+        pos += length
+        if pos >= end:
+            break
+    return ids
+
+
+class StepExecutor:
+    def __init__(self, model: TinyLlama, allocator, block_size: int) -> None:
+        if not hasattr(allocator, "block_tables"):
+            raise ValueError("the real engine needs a block-table allocator (kv.allocator: paged)")
+        self.model = model
+        self.allocator = allocator
+        self.block_size = block_size
+        self.device = model.device
+        self._host: dict[int, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}  # swapped KV
+        self.num_steps = 0
+
+    # -- swaps ---------------------------------------------------------------------------------
+
+    def swap_out(self, req_id: int, block_ids: list[int]) -> None:
+        """Copy a preempted request's blocks to host memory (before anyone reuses them)."""
+        idx = torch.tensor(block_ids, device=self.device, dtype=torch.long)
+        pin = self.device.type == "cuda"
+        keys = [kc[idx].to("cpu", non_blocking=pin) for kc in self.model.key_caches]
+        values = [vc[idx].to("cpu", non_blocking=pin) for vc in self.model.value_caches]
+        self._host[req_id] = (keys, values)
+
+    def swap_in(self, req: Request) -> None:
+        keys, values = self._host.pop(req.request_id)
+        n = keys[0].shape[0]
+        idx = torch.tensor(self.allocator.block_tables[req.request_id][:n], device=self.device,
+                           dtype=torch.long)
+        for kc, vc, k, v in zip(self.model.key_caches, self.model.value_caches, keys, values):
+            kc[idx] = k.to(self.device)
+            vc[idx] = v.to(self.device)
+
+    # -- packing -------------------------------------------------------------------------------
+
+    def _table(self, req: Request, width: int) -> list[int]:
+        table = self.allocator.block_tables[req.request_id]
+        return table + [0] * (width - len(table))
+
+    def pack(self, out: SchedulerOutput) -> StepInputs:
+        B, vocab = self.block_size, self.model.spec.vocab_size
+        prefills = [(r, n) for r, n in out.scheduled if not is_decode(r, n)]
+        decodes = [r for r, n in out.scheduled if is_decode(r, n)]
+        width = max(len(self.allocator.block_tables[r.request_id]) for r, _ in out.scheduled)
+        ids, positions, slots, starts, ctx, sample = [], [], [], [0], [], []
+        for r, n in prefills:
+            c = r.num_computed_tokens
+            table = self.allocator.block_tables[r.request_id]
+            ids += token_ids(r, c, c + n, vocab)
+            positions += range(c, c + n)
+            slots += [table[p // B] * B + p % B for p in range(c, c + n)]
+            starts.append(starts[-1] + n)
+            ctx.append(c)
+            if c + n == r.num_tokens:
+                sample.append(starts[-1] - 1)
+        seq_lens = []
+        for r in decodes:
+            p = r.num_computed_tokens
+            table = self.allocator.block_tables[r.request_id]
+            ids += token_ids(r, p, p + 1, vocab)
+            positions.append(p)
+            slots.append(table[p // B] * B + p % B)
+            seq_lens.append(p + 1)
+            sample.append(len(ids) - 1)
+        dev = self.device
+
+        def t(x, dtype=torch.int32):
+            return torch.tensor(x, dtype=dtype, device=dev)
+
+        empty_tables = torch.zeros((0, width), dtype=torch.int32, device=dev)
+        return StepInputs(
+            token_ids=t(ids, torch.long), positions=t(positions, torch.long),
+            slot_mapping=t(slots, torch.long), num_prefill_tokens=starts[-1],
+            prefill_block_tables=t([self._table(r, width) for r, _ in prefills]) if prefills else empty_tables,
+            query_start_loc=t(starts), context_lens=t(ctx),
+            max_query_len=max((n for _, n in prefills), default=0),
+            decode_block_tables=t([self._table(r, width) for r in decodes]) if decodes else empty_tables,
+            seq_lens=t(seq_lens), max_seq_len=max(seq_lens, default=0),
+            sample_index=t(sample, torch.long))
+
+    # -- a step --------------------------------------------------------------------------------
+
+    def execute(self, out: SchedulerOutput) -> float:
+        """Run ``out`` for real; returns measured seconds (swaps, packing and forward)."""
+        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        sync()
+        t0 = time.perf_counter()
+        for req in out.swapped_out:
+            self.swap_out(req.request_id, out.swapped_out_blocks[req.request_id])
+        for req in out.swapped_in:
+            self.swap_in(req)
+        if out.scheduled:
+            tokens = self.model.forward(self.pack(out))
+            tokens.cpu()  # an engine reads the sampled tokens back: a synchronization
+        sync()
+        self.num_steps += 1
+        return time.perf_counter() - t0

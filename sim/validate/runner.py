@@ -1,0 +1,142 @@
+"""Running the real engine: in lockstep with the simulator, or open loop on the wall clock.
+
+* **Lockstep**: the simulator runs as usual (its clock advances by the cost model), and
+  every batch it schedules is also executed on the real model and timed. Decisions are
+  the simulator's by construction; what is compared is each step's predicted against
+  measured time.
+* **Open loop**: a real engine serves the workload with arrivals on the wall clock, built
+  from fresh parts (the same scheduler, allocator and workload objects as the simulator),
+  with measured step times deciding when the next step starts.
+
+Both build the model with the memory plan's number of KV blocks, so the pool is the one
+the allocator manages.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from sim.engine import Simulation, SimResult, predicted_step_s
+from sim.metrics import StepLog
+from sim.parts import SessionDriver, build_parts
+from sim.scenario import Scenario
+from sim.sched.output import SchedulerOutput
+from sim.validate.executor import StepExecutor
+from sim.validate.model import TinyLlama
+
+TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass
+class StepSample:
+    predicted_s: float
+    measured_s: float
+    num_seqs: int
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    decode_kv_tokens: int
+    batch: tuple  # ((request_id, num_new_tokens), ...): the decision, for comparisons
+
+
+@dataclass
+class RealRun:
+    requests: list
+    steps: StepLog
+    end_s: float
+    samples: list[StepSample] = field(default_factory=list)
+    allocator: object = None
+    preemptor: object = None
+    swap: object = None
+    scheduler: object = None
+
+
+def make_model(sc: Scenario, device: torch.device) -> TinyLlama:
+    """The scenario's model with random weights and a KV cache of the plan's blocks."""
+    if sc.engine.weight_dtype not in TORCH_DTYPES:
+        raise ValueError(f"the real engine runs fp16 or bf16 weights, not {sc.engine.weight_dtype}")
+    parts = build_parts(sc)
+    return TinyLlama(parts.model, num_blocks=parts.plan.num_gpu_blocks, block_size=sc.kv.block_size,
+                     device=device, dtype=TORCH_DTYPES[sc.engine.weight_dtype], seed=sc.seed)
+
+
+def _sample(cost, out: SchedulerOutput, measured: float) -> StepSample:
+    return StepSample(predicted_step_s(cost, out), measured, out.num_seqs, out.num_prefill_tokens,
+                      out.num_decode_tokens, out.decode_kv_tokens,
+                      tuple((r.request_id, n) for r, n in out.scheduled))
+
+
+def run_lockstep(sc: Scenario, device: torch.device, model: TinyLlama | None = None):
+    """(SimResult, [StepSample]) of the simulator with every batch also run for real."""
+    samples: list[StepSample] = []
+    holder: dict = {}
+
+    def hook(out: SchedulerOutput) -> None:
+        samples.append(_sample(sim.cost, out, holder["executor"].execute(out)))
+
+    sim = Simulation(sc, step_hook=hook)
+    model = model or make_model(sc, device)
+    holder["executor"] = StepExecutor(model, sim.allocator, sc.kv.block_size)
+    return sim.run(), samples
+
+
+def warm_up(sc: Scenario, model: TinyLlama, num_requests: int = 12) -> None:
+    """A short untimed lockstep run: first-call costs (allocations, kernel compilation)
+    stay out of the measurements."""
+    data = sc.model_dump()
+    data["workload"] = {**data["workload"], "num_requests": num_requests, "duration_s": None}
+    small = Scenario.model_validate({**data, "source_path": sc.source_path})
+    run_lockstep(small, model.device, model)
+
+
+def run_open_loop(sc: Scenario, model: TinyLlama) -> RealRun:
+    """Serve the scenario's workload for real, arrivals on the wall clock."""
+    parts = build_parts(sc)
+    sched, cost = parts.scheduler, parts.cost
+    executor = StepExecutor(model, parts.allocator, sc.kv.block_size)
+    driver = SessionDriver(sc, sched)
+    steps = StepLog()
+    run = RealRun(driver.requests, steps, 0.0, allocator=parts.allocator,
+                  preemptor=parts.preemptor, swap=parts.swap, scheduler=sched)
+    pending = [(s.arrival_s, s.session_id, 0, s) for s in parts.sessions]
+    heapq.heapify(pending)
+    t0 = time.perf_counter()
+
+    def now() -> float:
+        return time.perf_counter() - t0
+
+    while pending or sched.has_work():
+        while pending and pending[0][0] <= now():
+            arrival, _, turn, session = heapq.heappop(pending)
+            driver.submit(session, turn, arrival)  # it arrived then, even if seen late
+        if not sched.has_work():
+            time.sleep(max(0.0, pending[0][0] - now()))
+            continue
+        out = sched.schedule()
+        if not out.scheduled and not out.decode_padding_seqs:
+            executor.execute(out)  # swap-outs, if any
+            if not out.preempted:
+                if not pending:
+                    break  # nothing can ever run: left in flight
+                time.sleep(max(0.0, pending[0][0] - now()))
+            continue
+        start = now()
+        measured = executor.execute(out)
+        end = start + measured
+        run.samples.append(_sample(cost, out, measured))
+        finished = sched.update_from_output(out, end, start)
+        steps.record(end, end - start, out, sched, parts.allocator)
+        for req in finished:
+            follow = driver.next_turn(req)
+            if follow is not None:
+                session, turn, think = follow
+                heapq.heappush(pending, (end + think, session.session_id, turn, session))
+    run.end_s = now()
+    return run
+
+
+def simulate(sc: Scenario) -> SimResult:
+    return Simulation(sc).run()
