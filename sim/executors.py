@@ -12,6 +12,7 @@ Ray client or rich's threads would be), so a point's result depends on its input
 from __future__ import annotations
 
 import multiprocessing
+import signal
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from enum import StrEnum
 
@@ -30,7 +31,7 @@ def run_local(tasks: list[tuple], on_result, workers: int) -> None:
         for task in tasks:
             on_result(run_point(*task))
         return
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)),
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=_ignore_sigint,
                                mp_context=multiprocessing.get_context("spawn"))
     try:
         pending = {pool.submit(run_point, *task) for task in tasks}
@@ -41,6 +42,11 @@ def run_local(tasks: list[tuple], on_result, workers: int) -> None:
     finally:
         # On Ctrl-C: drop queued points, let running ones finish in the background.
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _ignore_sigint() -> None:
+    """Ctrl-C is the parent's to handle: a worker finishes its point instead of dying noisily."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def run_ray(tasks: list[tuple], on_result, workers: int, address: str | None) -> None:

@@ -53,21 +53,21 @@ RATE_KEYS = ("workload.arrival.rate", "workload.trace.speedup")
 COLOR_PREFERENCE = ("kv.allocator", "scheduler.preemption", "kv.block_size", "engine.kv_dtype",
                     "scheduler.policy", "engine.max_model_len")
 
-# (name, x candidates, line candidates, metric, what it answers)
+# (name, shown when one of these keys varies, x candidates, line candidates, metric, why)
 PRESETS = (
-    ("Throughput-latency: where is the knee?", RATE_KEYS, COLOR_PREFERENCE, "e2e_s.p90",
+    ("Throughput-latency: where is the knee?", RATE_KEYS, RATE_KEYS, COLOR_PREFERENCE, "e2e_s.p90",
      "Latency against the offered request rate; past the knee, queues grow and latency explodes."),
-    ("Goodput under the SLO", RATE_KEYS, COLOR_PREFERENCE, "goodput_requests_per_s",
+    ("Goodput under the SLO", RATE_KEYS, RATE_KEYS, COLOR_PREFERENCE, "goodput_requests_per_s",
      "Requests per second that meet both the TTFT and the TPOT SLO."),
-    ("KV waste by allocator", ("kv.allocator",), ("kv.block_size", *COLOR_PREFERENCE),
+    ("KV waste by allocator", ("kv.allocator",), ("kv.allocator",), ("kv.block_size", *COLOR_PREFERENCE),
      "kv.mean_allocated_unused_fraction",
      "Share of allocated KV memory not holding tokens (PagedAttention: 60-80% contiguous, <4% paged)."),
-    ("Block size", ("kv.block_size",), COLOR_PREFERENCE, "throughput.output_tokens_per_s",
+    ("Block size", ("kv.block_size",), ("kv.block_size",), COLOR_PREFERENCE, "throughput.output_tokens_per_s",
      "Bigger blocks waste more of each request's last block; smaller ones cost more table lookups."),
-    ("Swap vs recompute", ("scheduler.preemption",) + RATE_KEYS + ("kv.block_size",),
+    ("Swap vs recompute", ("scheduler.preemption",), ("kv.block_size", *RATE_KEYS, "scheduler.preemption"),
      ("scheduler.preemption", *COLOR_PREFERENCE), "e2e_s.p90",
      "Preempted requests either copy their KV to the CPU over PCIe or prefill it again."),
-    ("KV dtype", ("engine.kv_dtype",), COLOR_PREFERENCE, "throughput.output_tokens_per_s",
+    ("KV dtype", ("engine.kv_dtype",), ("engine.kv_dtype",), COLOR_PREFERENCE, "throughput.output_tokens_per_s",
      "Fewer bytes per token: a bigger KV pool and less memory traffic per decode step."),
 )
 
@@ -105,11 +105,11 @@ def page_data(plan: SweepPlan, records: dict[str, dict]) -> dict:
     }
 
 
-def _preset(keys, name, xs, colors, metric, why) -> dict:
-    x = next((k for k in xs if k in keys), None)
+def _preset(keys, name, needs, xs, colors, metric, why) -> dict:
+    if not any(k in keys for k in needs):
+        return {"name": name, "x": None, "why": f"vary {' or '.join(needs)} to use this view"}
+    x = next(k for k in xs if k in keys)
     color = next((k for k in colors if k in keys and k != x), None)
-    if x is None:
-        return {"name": name, "x": None, "why": f"vary {' or '.join(xs[:2])} to use this view"}
     return {"name": name, "x": x, "color": color, "metric": metric, "why": why}
 
 

@@ -172,3 +172,15 @@ def test_ray_address_needs_the_ray_executor(scenario, tmp_path, capsys):
 def test_plan_errors_are_config_errors(scenario):
     with pytest.raises(ConfigError):
         plan_sweep(scenario, [])
+
+
+def test_whatif_views_follow_the_varied_keys(scenario):
+    from sim.whatif import page_data
+
+    plan = plan_sweep(scenario, GRID)
+    views = {v["name"]: v for v in page_data(plan, {})["presets"]}
+    swap = views["Swap vs recompute"]
+    assert (swap["x"], swap["color"]) == ("kv.block_size", "scheduler.preemption")
+    assert (views["Block size"]["x"], views["Block size"]["color"]) == ("kv.block_size", "scheduler.preemption")
+    knee = views["Throughput-latency: where is the knee?"]
+    assert knee["x"] is None and "vary workload.arrival.rate" in knee["why"]
