@@ -49,6 +49,7 @@ class SimResult:
     swap: SwapSpace
     sim_wall_s: float = 0.0
     end_s: float = 0.0
+    calibration_label: str = ""  # "datasheet" or "measured YYYY-MM-DD"
     extra: dict = field(default_factory=dict)
 
 
@@ -155,4 +156,5 @@ class Simulation:
             scenario=self.sc, plan=self.plan, calibration_name=self.cal.name,
             calibration_source=str(self.cal.source), requests=self.requests, steps=self.steps,
             scheduler=self.scheduler, preemptor=self.preemptor, allocator=self.allocator,
-            swap=self.swap, sim_wall_s=time.perf_counter() - t0, end_s=self.env.now)
+            swap=self.swap, sim_wall_s=time.perf_counter() - t0, end_s=self.env.now,
+            calibration_label=self.cal.source_label)

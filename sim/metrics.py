@@ -146,6 +146,7 @@ def summarize(result) -> dict:
         "model": sc.model,
         "gpu": result.calibration_name,
         "calibration_source": result.calibration_source,
+        "calibration_label": result.calibration_label or result.calibration_source,
         "policies": {
             "allocator": str(sc.kv.allocator), "prefix_caching": sc.kv.prefix_caching,
             "block_size": sc.kv.block_size, "batching": str(sc.scheduler.policy),

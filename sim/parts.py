@@ -31,7 +31,7 @@ from sim.workload import SessionSpec, build_workload, read_column, sample_length
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 
 
-def _relative_to_scenario(sc: Scenario, ref: str) -> str:
+def relative_to_scenario(sc: Scenario, ref: str) -> str:
     """A file path in a scenario is relative to the scenario's folder; a name stays a name."""
     path = sc.resolve(ref)
     return str(path) if ("/" in ref or ref.endswith((".json", ".yaml", ".yml"))) and path.exists() else ref
@@ -40,8 +40,8 @@ def _relative_to_scenario(sc: Scenario, ref: str) -> str:
 def build_plan(sc: Scenario):
     """Model, calibration and memory plan of a scenario (ConfigError on bad input)."""
     src = sc.source_path
-    model = load_model(_relative_to_scenario(sc, sc.model), source=src)
-    cal = load_calibration(_relative_to_scenario(sc, sc.gpu), source=src, key="gpu")
+    model = load_model(relative_to_scenario(sc, sc.model), source=src)
+    cal = load_calibration(relative_to_scenario(sc, sc.gpu), source=src, key="gpu")
     eng = sc.engine
     plan = plan_memory(
         model, cal.memory_bytes, gpu_memory_utilization=eng.gpu_memory_utilization,

@@ -38,7 +38,7 @@ def _ms(stats: dict, key: str) -> str:
 def print_summary(s: dict, out_dir: Path, report: bool = True) -> None:
     console = Console()
     r, kv = s["requests"], s["kv"]
-    t = Table(title=f"{s['scenario']}: {s['model']} on {s['gpu']} ({s['calibration_source']})",
+    t = Table(title=f"{s['scenario']}: {s['model']} on {s['gpu']} (calibration: {s.get('calibration_label', s['calibration_source'])})",
               show_header=True, header_style="bold")
     t.add_column("metric")
     t.add_column("mean", justify="right")

@@ -53,6 +53,21 @@ def _device(name: str):
     return device
 
 
+def _match_threads(sc, device) -> int:
+    """On the CPU, run with the thread count the calibration was measured with."""
+    import torch
+
+    from sim.calibration import load_calibration
+    from sim.parts import relative_to_scenario
+
+    if device.type == "cpu":
+        cal = load_calibration(relative_to_scenario(sc, sc.gpu), source=sc.source_path, key="gpu")
+        wanted = cal.provenance.get("torch_threads")
+        if wanted and wanted.isdigit():
+            torch.set_num_threads(int(wanted))
+    return torch.get_num_threads()
+
+
 def run_validate(args) -> int:
     try:
         import torch  # noqa: F401
@@ -69,6 +84,7 @@ def run_validate(args) -> int:
     sc = load_scenario(args.scenario, overrides)
     _check(sc)
     device = _device(args.device)
+    threads = _match_threads(sc, device)
     out_dir = Path(args.out) if args.out else Path("runs") / f"{sc.name}-validate"
     t0 = time.perf_counter()
     sim_result = runner.simulate(sc)  # also checks the plan before any model is built
@@ -77,7 +93,8 @@ def run_validate(args) -> int:
         runner.warm_up(sc, model)
     result: dict = {"scenario": sc.name, "device": str(device), "calibration": sim_result.calibration_name,
                     "calibration_source": sim_result.calibration_source, "model": sc.model,
-                    "machine": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+                    "machine": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                    "torch_threads": threads}
     lock_samples, real_reqs = [], None
     if args.mode in ("both", "lockstep"):
         lock_result, lock_samples = runner.run_lockstep(sc, device, model)

@@ -81,13 +81,18 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch
     return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)
 
 
-def _rope(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:
-    """Rotary embedding (rotate-half form). x [T, H, D], positions [T]."""
-    d = x.shape[-1]
-    inv_freq = 1.0 / theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
-    angles = positions.float()[:, None] * inv_freq[None, :]  # [T, D/2]
-    cos, sin = angles.cos()[:, None, :], angles.sin()[:, None, :]
-    x1, x2 = x.float()[..., : d // 2], x.float()[..., d // 2:]
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float = 10000.0):
+    """cos, sin [T, 1, head_dim / 2] of the rotary embedding, computed once per step
+    and shared by every layer (as vLLM's cos_sin_cache is)."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device,
+                                            dtype=torch.float32) / head_dim)
+    angles = positions.float()[:, None] * inv_freq[None, :]
+    return angles.cos()[:, None, :], angles.sin()[:, None, :]
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding (rotate-half form). x [T, H, D]; cos, sin from rope_cos_sin."""
+    x1, x2 = x.float().chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
 
 
@@ -143,12 +148,13 @@ class TinyLlama:
         ``keep_attention`` also returns every layer's attention output (for tests)."""
         hq, hkv, d = self.num_q_heads, self.num_kv_heads, self.head_dim
         x = self.embed[inp.token_ids]
+        cos, sin = rope_cos_sin(inp.positions, d)
         kept = []
         for i, lw in enumerate(self.layers):
             qkv = _rms_norm(x, lw["attn_norm"]) @ lw["qkv"].t()
             q, k, v = qkv.split((hq * d, hkv * d, hkv * d), dim=-1)
-            q = _rope(q.reshape(-1, hq, d), inp.positions)
-            k = _rope(k.reshape(-1, hkv, d), inp.positions)
+            q = _rope(q.reshape(-1, hq, d), cos, sin)
+            k = _rope(k.reshape(-1, hkv, d), cos, sin)
             attn = self.attention(i, q, k, v.reshape(-1, hkv, d).contiguous(), inp)
             if keep_attention:
                 kept.append(attn.clone())
@@ -166,12 +172,12 @@ class TinyLlama:
         paged engine's outputs at the new positions against it."""
         hq, hkv, d = self.num_q_heads, self.num_kv_heads, self.head_dim
         ids = torch.tensor(token_ids, device=self.device)
-        pos = torch.arange(len(token_ids), device=self.device)
+        cos, sin = rope_cos_sin(torch.arange(len(token_ids), device=self.device), d)
         x, outs = self.embed[ids], []
         mask = torch.ones(len(ids), len(ids), dtype=torch.bool, device=self.device).tril()
         for lw in self.layers:
             q, k, v = (_rms_norm(x, lw["attn_norm"]) @ lw["qkv"].t()).split((hq * d, hkv * d, hkv * d), -1)
-            q, k = _rope(q.reshape(-1, hq, d), pos), _rope(k.reshape(-1, hkv, d), pos)
+            q, k = _rope(q.reshape(-1, hq, d), cos, sin), _rope(k.reshape(-1, hkv, d), cos, sin)
             k = k.float().repeat_interleave(hq // hkv, dim=1)
             v = v.reshape(-1, hkv, d).float().repeat_interleave(hq // hkv, dim=1)
             scores = torch.einsum("qhd,khd->hqk", q.float(), k) / d**0.5
