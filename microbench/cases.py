@@ -32,6 +32,10 @@ def input_bytes(kernel: str, shape: dict) -> int:
         return 2 * shape["num_tokens"] * shape["hidden_size"] * b
     if kernel == "step":
         return 4 * shape["num_seqs"] * shape["vocab_size"]
+    if kernel == "elementwise":
+        per_token = ((shape["num_q_heads"] + shape["num_kv_heads"]) * shape["head_dim"]
+                     + 2 * shape["intermediate_size"] + 3 * shape["hidden_size"])
+        return shape["num_tokens"] * per_token * b
     return int(shape["num_bytes"])
 
 
@@ -102,6 +106,15 @@ def _one(torch, kernel: str, s: dict, device, gen, cpu_gen):
         x, res, w = rand(s["num_tokens"], s["hidden_size"]), rand(s["num_tokens"], s["hidden_size"]), rand(s["hidden_size"])
         h = s["hidden_size"]
         return lambda: torch.nn.functional.rms_norm(res.add_(x), (h,), w, 1e-6)
+    if kernel == "elementwise":
+        from sim.validate.model import apply_rope, rope_cos_sin, silu_mul  # noqa: PLC0415
+
+        t, hq, hkv, d = s["num_tokens"], s["num_q_heads"], s["num_kv_heads"], s["head_dim"]
+        q, k = rand(t, hq, d), rand(t, hkv, d)
+        gate_up, x, a, b = rand(t, 2 * s["intermediate_size"]), rand(t, s["hidden_size"]), \
+            rand(t, s["hidden_size"]), rand(t, s["hidden_size"])
+        cos, sin = rope_cos_sin(torch.arange(t, device=device), d)
+        return lambda: (apply_rope(q, cos, sin), apply_rope(k, cos, sin), silu_mul(gate_up), x + a, x + b)
     if kernel == "copy_d2d":
         src = torch.empty(s["num_bytes"], dtype=torch.uint8, device=device)
         dst = torch.empty_like(src)
@@ -113,16 +126,7 @@ def _one(torch, kernel: str, s: dict, device, gen, cpu_gen):
             return lambda: dev.copy_(host, non_blocking=bool(s["pinned"]))
         return lambda: host.copy_(dev, non_blocking=bool(s["pinned"]))
     if kernel == "step":
-        n, vocab = s["num_seqs"], s["vocab_size"]
-        meta_host = torch.zeros(n, 72, dtype=torch.int32, pin_memory=cuda)  # block table row + positions
-        logits = torch.randn(n, vocab, device=device, dtype=torch.float32, generator=gen)
-
-        def step():
-            meta = meta_host.to(device, non_blocking=True)
-            ids = torch.argmax(logits, dim=-1) + meta[:, 0]
-            return ids.cpu()  # synchronizes, as an engine step does to read the sampled tokens
-
-        return step
+        return _step(torch, s["num_seqs"], s["vocab_size"], device, gen)
     raise ValueError(f"kernel: no case for {kernel!r}")
 
 
@@ -133,3 +137,27 @@ def make_fns(kernel: str, shape: dict, device, copies: int = 1) -> list:
     gen = torch.Generator(device=device).manual_seed(0)
     cpu_gen = torch.Generator().manual_seed(0)
     return [_one(torch, kernel, shape, device, gen, cpu_gen) for _ in range(max(1, copies))]
+
+
+def _step(torch, num_seqs: int, vocab_size: int, device, gen):
+    """The engine's per-step host work (sim.validate.executor.pack_batch) for a decode
+    batch of ``num_seqs`` sequences of 256 tokens, then greedy sampling of their logits and
+    the sampled ids read back (a synchronization, as every engine step does)."""
+    from sim.kv.paged import PagedAllocator  # noqa: PLC0415
+    from sim.request import Request  # noqa: PLC0415
+    from sim.sched.output import SchedulerOutput  # noqa: PLC0415
+    from sim.validate.executor import pack_batch  # noqa: PLC0415
+
+    alloc, out = PagedAllocator(num_seqs * 17, 16), SchedulerOutput()
+    for i in range(num_seqs):
+        req = Request(i, 0.0, ((i + 1, 255),), 8, 8)
+        alloc.allocate_slots(req, 256)
+        req.num_computed_tokens, req.num_generated = 255, 1
+        out.add(req, 1)
+    logits = torch.randn(num_seqs, vocab_size, device=device, dtype=torch.float32, generator=gen)
+
+    def step():
+        inp = pack_batch(out, alloc.block_tables, 16, vocab_size, device)
+        return (torch.argmax(logits, dim=-1) + inp.positions[:1]).cpu()
+
+    return step

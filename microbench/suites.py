@@ -2,7 +2,8 @@
 
 GEMMs run on each model's weight shapes (QKV, O, gate/up, down, lm_head; from
 sim.model.linear_ops) over token counts; attention on the models' head layouts over
-batch sizes, context and prompt lengths; plus KV writes, RMSNorm, copies (device,
+batch sizes, context and prompt lengths; plus KV writes, RMSNorm, a layer's other
+elementwise work (RoPE, activation, residual adds: dense models), copies (device,
 host<->device pinned and pageable, 64 KiB to 1 GiB) and the per-step work. The grids are
 smaller on the CPU (the torch reference paths are slow) and with ``--quick``.
 """
@@ -81,6 +82,9 @@ def cases(models: list[ModelSpec], device_type: str, quick: bool, dtype: str = "
         out += [("kv_write", dict(num_tokens=t, num_kv_heads=model.num_kv_heads, head_dim=model.head_dim,
                                   dtype=dtype)) for t in g.tokens]
         out += [("rmsnorm", dict(num_tokens=t, hidden_size=model.hidden_size, dtype=dtype)) for t in g.tokens]
+        if not model.is_mla and not model.is_moe:  # the validation engine's dense Llama layer
+            out += [("elementwise", dict(num_tokens=t, **heads, intermediate_size=model.intermediate_size,
+                                         hidden_size=model.hidden_size, dtype=dtype)) for t in g.tokens]
         out += [("step", dict(num_seqs=n, vocab_size=model.vocab_size)) for n in g.step_seqs]
     out += [("copy_d2d", dict(num_bytes=b)) for b in g.copy_bytes]
     pinned = (True, False) if device_type == "cuda" else (False,)

@@ -30,7 +30,7 @@ class Timing:
     repeats: int
 
 
-def rotation_copies(bytes_each: int, cache_bytes: int, *, max_copies: int = 32,
+def rotation_copies(bytes_each: int, cache_bytes: int, *, max_copies: int = 256,
                     max_total_bytes: int = 4 << 30) -> int:
     """How many input copies make a rotation exceed twice the cache (bounded in count and bytes)."""
     want = math.ceil(2 * cache_bytes / max(1, bytes_each))

@@ -12,7 +12,9 @@ step's tokens and L the layers:
       + L x kv_write on m tokens                            (bytes of the KV dtype)
       + L x decode_attention on the decode batch's KV tokens
       + L x prefill_attention on the chunks' (query, key) pairs and KV tokens
-      + RoPE, MLP activation and embedding traffic over the copy bandwidth, 2 launches per layer
+      + L x elementwise(m)                                  RoPE, activation, residual adds, if
+                                                            measured; else their traffic over the
+                                                            copy bandwidth, 2 launches per layer
 
 Attention and the KV write use the fitted analytic form on the batch's aggregate bytes and
 FLOPs (a batch's ragged lengths match no measured shape), at saturated compute efficiency
@@ -57,6 +59,8 @@ class FittedStep:
     decode: dict
     kv_write: dict
     copy: dict
+    elementwise: dict | None  # the measured per-layer elementwise work (dense models)
+    other_measured_bytes_per_token: float  # what elementwise() does not cover: the embedding
 
 
 def build_fitted_step(model: ModelSpec, cal: Calibration, kv_dtype: KVDtype | str, weight_dtype_bytes: float,
@@ -75,6 +79,11 @@ def build_fitted_step(model: ModelSpec, cal: Calibration, kv_dtype: KVDtype | st
     head = lm_head_op(model)
     norms = L * 10 * h * weight_dtype_bytes  # the rmsnorm kernel's 5 h per call, 2 calls per layer
     other = max(0.0, elementwise_bytes_per_token(model, weight_dtype_bytes, kv_bytes) - kv_bytes - norms)
+    elementwise = None
+    if "elementwise" in cal.kernels and not model.is_mla and not model.is_moe:
+        elementwise = dict(num_q_heads=model.num_attention_heads, num_kv_heads=model.num_kv_heads,
+                           head_dim=model.head_dim, intermediate_size=model.intermediate_size,
+                           hidden_size=h, dtype=dtype_name(weight_dtype_bytes))
     q_heads_dim = model.num_attention_heads * (model.v_head_dim if model.is_mla else model.head_dim)
     return FittedStep(
         cal=cal, dtype=dtype_name(weight_dtype_bytes), vocab_size=model.vocab_size, hidden_size=h,
@@ -82,7 +91,8 @@ def build_fitted_step(model: ModelSpec, cal: Calibration, kv_dtype: KVDtype | st
         kv_bytes_per_token_layer=kv_bytes / L, attn_flops_per_pair_layer=attn_flops_per_pair(model) / L,
         q_bytes_per_token_layer=2 * q_heads_dim * weight_dtype_bytes, other_bytes_per_token=other,
         attn=cal.kernel_params("prefill_attention"), decode=cal.kernel_params("decode_attention"),
-        kv_write=cal.kernel_params("kv_write"), copy=cal.kernel_params("copy_d2d"))
+        kv_write=cal.kernel_params("kv_write"), copy=cal.kernel_params("copy_d2d"),
+        elementwise=elementwise, other_measured_bytes_per_token=h * weight_dtype_bytes)
 
 
 def _gemm(fs: FittedStep, m: float, n: int, k: int) -> float:
@@ -115,6 +125,9 @@ def fitted_step_time_s(fs: FittedStep, *, num_seqs: int, num_prefill_tokens: int
         flops = prefill_attn_pairs * fs.attn_flops_per_pair_layer
         t += L * roofline_s(fs.attn, nbytes, flops, 1.0, math.inf)
     copy_bw = fs.copy["bandwidth_bytes_per_s"]
+    if fs.elementwise is not None:
+        t += L * cal.predict("elementwise", num_tokens=m, **fs.elementwise)
+        return t + m * fs.other_measured_bytes_per_token / copy_bw
     return t + m * fs.other_bytes_per_token / copy_bw + 2 * L * fs.copy["overhead_s"]
 
 

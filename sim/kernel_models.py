@@ -90,6 +90,13 @@ KERNELS: dict[str, KernelSpec] = {
         ("num_tokens", "hidden_size", "dtype"), axis="num_tokens",
         doc="residual add (in place) then RMSNorm: read 3, write 2 hidden vectors per token",
         bytes=lambda s: 5.0 * s["num_tokens"] * s["hidden_size"] * _b(s)),
+    "elementwise": KernelSpec(
+        ("num_tokens", "num_q_heads", "num_kv_heads", "head_dim", "intermediate_size", "hidden_size", "dtype"),
+        axis="num_tokens",
+        doc="one layer's remaining elementwise work: RoPE on q and k, SiLU(gate) * up, two residual adds",
+        bytes=lambda s: s["num_tokens"] * _b(s) * (
+            3.0 * (s["num_q_heads"] + s["num_kv_heads"]) * s["head_dim"]  # RoPE: read, fp32 math, write
+            + 3.0 * s["intermediate_size"] + 6.0 * s["hidden_size"])),  # activation; adds
     "copy_d2d": KernelSpec(("num_bytes",), axis="num_bytes", doc="device-to-device copy",
                            bytes=lambda s: 2.0 * s["num_bytes"]),
     "copy_h2d": KernelSpec(("num_bytes", "pinned"), axis="num_bytes", doc="host-to-device copy",
@@ -98,8 +105,9 @@ KERNELS: dict[str, KernelSpec] = {
                            bytes=lambda s: float(s["num_bytes"])),
     "step": KernelSpec(
         ("num_seqs", "vocab_size"), axis="num_seqs",
-        doc="per-step fixed work: metadata upload, greedy sampling over the logits, ids download, sync",
-        bytes=lambda s: 4.0 * s["num_seqs"] * s["vocab_size"]),
+        doc="per-step host work: packing the batch's metadata (the validation engine's pack_batch), "
+            "greedy sampling over the logits, ids download, sync",
+        bytes=lambda s: 4.0 * s["num_seqs"] * s["vocab_size"], items=lambda s: s["num_seqs"]),
 }
 
 

@@ -7,6 +7,7 @@ only when it cannot run (bad input: status 2), never because the error is large.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import platform
 import time
@@ -69,10 +70,8 @@ def _match_threads(sc, device) -> int:
 
 
 def run_validate(args) -> int:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise ConfigError("<cli>", "validate", "needs torch: pip install -e '.[gpu]'") from None
+    if importlib.util.find_spec("torch") is None:
+        raise ConfigError("<cli>", "validate", "needs torch: pip install -e '.[gpu]'")
     from sim.engine import SimResult
     from sim.metrics import summarize
     from sim.output import write_atomic

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 
 from sim.request import Request
@@ -22,17 +23,18 @@ from sim.sched.output import SchedulerOutput, is_decode
 from sim.validate.model import StepInputs, TinyLlama
 
 
-def token_ids(req: Request, start: int, end: int, vocab_size: int) -> list[int]:
-    """Token ids of positions [start, end) of ``req``'s known tokens."""
-    ids, pos = [], 0
+def token_ids(req: Request, start: int, end: int, vocab_size: int) -> np.ndarray:
+    """Token ids of positions [start, end) of ``req``'s known tokens (int64)."""
+    pieces, pos = [], 0
     for seg_id, length in req.segments():
         lo, hi = max(start, pos), min(end, pos + length)
-        for p in range(lo, hi):
-            ids.append((seg_id * 1_000_003 + (p - pos) * 7_919) % vocab_size)
+        if lo < hi:
+            offsets = np.arange(lo - pos, hi - pos, dtype=np.int64)
+            pieces.append((seg_id * 1_000_003 + offsets * 7_919) % vocab_size)
         pos += length
         if pos >= end:
             break
-    return ids
+    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
 
 
 class StepExecutor:
@@ -67,50 +69,9 @@ class StepExecutor:
 
     # -- packing -------------------------------------------------------------------------------
 
-    def _table(self, req: Request, width: int) -> list[int]:
-        table = self.allocator.block_tables[req.request_id]
-        return table + [0] * (width - len(table))
-
     def pack(self, out: SchedulerOutput) -> StepInputs:
-        B, vocab = self.block_size, self.model.spec.vocab_size
-        prefills = [(r, n) for r, n in out.scheduled if not is_decode(r, n)]
-        decodes = [r for r, n in out.scheduled if is_decode(r, n)]
-        width = max(len(self.allocator.block_tables[r.request_id]) for r, _ in out.scheduled)
-        ids, positions, slots, starts, ctx, sample = [], [], [], [0], [], []
-        for r, n in prefills:
-            c = r.num_computed_tokens
-            table = self.allocator.block_tables[r.request_id]
-            ids += token_ids(r, c, c + n, vocab)
-            positions += range(c, c + n)
-            slots += [table[p // B] * B + p % B for p in range(c, c + n)]
-            starts.append(starts[-1] + n)
-            ctx.append(c)
-            if c + n == r.num_tokens:
-                sample.append(starts[-1] - 1)
-        seq_lens = []
-        for r in decodes:
-            p = r.num_computed_tokens
-            table = self.allocator.block_tables[r.request_id]
-            ids += token_ids(r, p, p + 1, vocab)
-            positions.append(p)
-            slots.append(table[p // B] * B + p % B)
-            seq_lens.append(p + 1)
-            sample.append(len(ids) - 1)
-        dev = self.device
-
-        def t(x, dtype=torch.int32):
-            return torch.tensor(x, dtype=dtype, device=dev)
-
-        empty_tables = torch.zeros((0, width), dtype=torch.int32, device=dev)
-        return StepInputs(
-            token_ids=t(ids, torch.long), positions=t(positions, torch.long),
-            slot_mapping=t(slots, torch.long), num_prefill_tokens=starts[-1],
-            prefill_block_tables=t([self._table(r, width) for r, _ in prefills]) if prefills else empty_tables,
-            query_start_loc=t(starts), context_lens=t(ctx),
-            max_query_len=max((n for _, n in prefills), default=0),
-            decode_block_tables=t([self._table(r, width) for r in decodes]) if decodes else empty_tables,
-            seq_lens=t(seq_lens), max_seq_len=max(seq_lens, default=0),
-            sample_index=t(sample, torch.long))
+        return pack_batch(out, self.allocator.block_tables, self.block_size,
+                          self.model.spec.vocab_size, self.device)
 
     # -- a step --------------------------------------------------------------------------------
 
@@ -129,3 +90,52 @@ class StepExecutor:
         sync()
         self.num_steps += 1
         return time.perf_counter() - t0
+
+
+def pack_batch(out: SchedulerOutput, block_tables: dict[int, list[int]], block_size: int,
+               vocab_size: int, device: torch.device) -> StepInputs:
+    """The host-side work of a step: a batch's token ids, positions, slots and attention
+    metadata as device tensors (``microbench`` times exactly this as the ``step`` kernel)."""
+    B = block_size
+    prefills = [(r, n) for r, n in out.scheduled if not is_decode(r, n)]
+    decodes = [r for r, n in out.scheduled if is_decode(r, n)]
+    width = max(len(block_tables[r.request_id]) for r, _ in out.scheduled)
+    ids, positions, slots, starts, ctx, sample = [], [], [], [0], [], []
+    for r, n in prefills:
+        c = r.num_computed_tokens
+        pos = np.arange(c, c + n, dtype=np.int64)
+        table = np.asarray(block_tables[r.request_id], dtype=np.int64)
+        ids.append(token_ids(r, c, c + n, vocab_size))
+        positions.append(pos)
+        slots.append(table[pos // B] * B + pos % B)
+        starts.append(starts[-1] + n)
+        ctx.append(c)
+        if c + n == r.num_tokens:
+            sample.append(starts[-1] - 1)
+    seq_lens = []
+    for r in decodes:
+        p, table = r.num_computed_tokens, block_tables[r.request_id]
+        ids.append(token_ids(r, p, p + 1, vocab_size))
+        positions.append(np.array([p], dtype=np.int64))
+        slots.append(np.array([table[p // B] * B + p % B], dtype=np.int64))
+        seq_lens.append(p + 1)
+        sample.append(starts[-1] + len(seq_lens) - 1)
+    ids, positions, slots = (np.concatenate(x) for x in (ids, positions, slots))
+
+    def t(x, dtype=torch.int32):
+        if isinstance(x, np.ndarray):
+            return torch.from_numpy(x).to(device=device, dtype=dtype)
+        return torch.tensor(x, dtype=dtype, device=device)
+
+    def tables(reqs):
+        rows = [block_tables[r.request_id] for r in reqs]
+        return t([row + [0] * (width - len(row)) for row in rows]) if rows else \
+            torch.zeros((0, width), dtype=torch.int32, device=device)
+
+    return StepInputs(
+        token_ids=t(ids, torch.long), positions=t(positions, torch.long),
+        slot_mapping=t(slots, torch.long), num_prefill_tokens=starts[-1],
+        prefill_block_tables=tables([r for r, _ in prefills]), query_start_loc=t(starts),
+        context_lens=t(ctx), max_query_len=max((n for _, n in prefills), default=0),
+        decode_block_tables=tables(decodes), seq_lens=t(seq_lens),
+        max_seq_len=max(seq_lens, default=0), sample_index=t(sample, torch.long))

@@ -90,10 +90,16 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float = 10000.0)
     return angles.cos()[:, None, :], angles.sin()[:, None, :]
 
 
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotary embedding (rotate-half form). x [T, H, D]; cos, sin from rope_cos_sin."""
     x1, x2 = x.float().chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """The gated MLP's activation: silu(gate) * up, gate_up [T, 2 I] -> [T, I]."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return torch.nn.functional.silu(gate) * up
 
 
 class TinyLlama:
@@ -153,14 +159,13 @@ class TinyLlama:
         for i, lw in enumerate(self.layers):
             qkv = _rms_norm(x, lw["attn_norm"]) @ lw["qkv"].t()
             q, k, v = qkv.split((hq * d, hkv * d, hkv * d), dim=-1)
-            q = _rope(q.reshape(-1, hq, d), cos, sin)
-            k = _rope(k.reshape(-1, hkv, d), cos, sin)
+            q = apply_rope(q.reshape(-1, hq, d), cos, sin)
+            k = apply_rope(k.reshape(-1, hkv, d), cos, sin)
             attn = self.attention(i, q, k, v.reshape(-1, hkv, d).contiguous(), inp)
             if keep_attention:
                 kept.append(attn.clone())
             x = x + attn.reshape(-1, hq * d) @ lw["o"].t()
-            gate, up = (_rms_norm(x, lw["mlp_norm"]) @ lw["gate_up"].t()).chunk(2, dim=-1)
-            x = x + (torch.nn.functional.silu(gate) * up) @ lw["down"].t()
+            x = x + silu_mul(_rms_norm(x, lw["mlp_norm"]) @ lw["gate_up"].t()) @ lw["down"].t()
         hidden = _rms_norm(x[inp.sample_index], self.final_norm)
         tokens = torch.argmax(hidden @ self.lm_head.t(), dim=-1)
         return (tokens, kept) if keep_attention else tokens
@@ -177,7 +182,7 @@ class TinyLlama:
         mask = torch.ones(len(ids), len(ids), dtype=torch.bool, device=self.device).tril()
         for lw in self.layers:
             q, k, v = (_rms_norm(x, lw["attn_norm"]) @ lw["qkv"].t()).split((hq * d, hkv * d, hkv * d), -1)
-            q, k = _rope(q.reshape(-1, hq, d), cos, sin), _rope(k.reshape(-1, hkv, d), cos, sin)
+            q, k = apply_rope(q.reshape(-1, hq, d), cos, sin), apply_rope(k.reshape(-1, hkv, d), cos, sin)
             k = k.float().repeat_interleave(hq // hkv, dim=1)
             v = v.reshape(-1, hkv, d).float().repeat_interleave(hq // hkv, dim=1)
             scores = torch.einsum("qhd,khd->hqk", q.float(), k) / d**0.5
@@ -185,6 +190,5 @@ class TinyLlama:
             attn = attn.to(x.dtype)
             outs.append(attn)
             x = x + attn.reshape(-1, hq * d) @ lw["o"].t()
-            gate, up = (_rms_norm(x, lw["mlp_norm"]) @ lw["gate_up"].t()).chunk(2, dim=-1)
-            x = x + (torch.nn.functional.silu(gate) * up) @ lw["down"].t()
+            x = x + silu_mul(_rms_norm(x, lw["mlp_norm"]) @ lw["gate_up"].t()) @ lw["down"].t()
         return outs

@@ -58,7 +58,7 @@ def checked_run(data: dict, corrupt: bool = False) -> tuple[int, int]:
         row = 0
         for r, n in prefills + decodes:
             c = r.num_computed_tokens
-            dense = model.dense_attention(token_ids(r, 0, c + n, model.spec.vocab_size))
+            dense = model.dense_attention(token_ids(r, 0, c + n, model.spec.vocab_size).tolist())
             for layer in range(len(kept)):
                 ok = torch.allclose(kept[layer][row:row + n], dense[layer][c:c + n], rtol=1e-4, atol=1e-4)
                 holder["mismatch"] |= not ok
