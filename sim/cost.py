@@ -174,8 +174,18 @@ def decode_step_time_s(cm: CostModel, *, batch_size: int, context_tokens: int) -
                        prefill_kv_tokens=0)
 
 
-def swap_time_s(cm: CostModel, num_bytes: float) -> float:
-    """Seconds to copy ``num_bytes`` between host (pinned) and GPU memory over PCIe."""
+#: One host<->device copy's fixed cost (a cudaMemcpyAsync's launch and DMA setup) where
+#: the calibration has no measured copy overhead. Engines swap KV block by block, per
+#: layer, for K and V: small blocks mean many copies (the PagedAttention paper's Fig. 19).
+PCIE_COPY_LATENCY_S = 10e-6
+
+
+def swap_time_s(cm: CostModel, num_bytes: float, num_copies: int = 1) -> float:
+    """Seconds to copy ``num_bytes`` between host (pinned) and GPU memory over PCIe, in
+    ``num_copies`` separate copies of equal size."""
+    if num_bytes <= 0:
+        return 0.0
+    copies = max(1, num_copies)
     if cm.fitted is not None:
-        return fitted_swap_time_s(cm.fitted.cal, num_bytes)
-    return num_bytes / cm.pcie_bandwidth_bytes_per_s if num_bytes > 0 else 0.0
+        return copies * fitted_swap_time_s(cm.fitted.cal, num_bytes / copies)
+    return num_bytes / cm.pcie_bandwidth_bytes_per_s + copies * PCIE_COPY_LATENCY_S

@@ -120,7 +120,7 @@ class Simulation:
                 # Nothing ran. A preemption freed memory (after its swap-out, if any): try
                 # again at once. Otherwise nothing can run until something arrives.
                 if out.swap_out_bytes:
-                    yield from self._transfer(out.swap_out_bytes)
+                    yield from self._transfer(out.swap_out_bytes, out.swap_copies)
                 if out.preempted:
                     continue
                 self._wakeup = env.event()
@@ -129,7 +129,7 @@ class Simulation:
             start = env.now
             swap_bytes = out.swap_out_bytes + out.swap_in_bytes
             if swap_bytes:
-                yield from self._transfer(swap_bytes)
+                yield from self._transfer(swap_bytes, out.swap_copies)
             if self.step_hook is not None:
                 self.step_hook(out)
             yield env.timeout(predicted_step_s(self.cost, out))
@@ -142,10 +142,10 @@ class Simulation:
             if self.progress is not None:
                 self.progress(env.now, len(sched.finished) + len(sched.rejected), len(self.requests))
 
-    def _transfer(self, num_bytes: int):
+    def _transfer(self, num_bytes: int, num_copies: int):
         with self.link.request() as slot:
             yield slot
-            yield self.env.timeout(swap_time_s(self.cost, num_bytes))
+            yield self.env.timeout(swap_time_s(self.cost, num_bytes, num_copies))
 
     def run(self) -> SimResult:
         t0 = time.perf_counter()

@@ -35,6 +35,7 @@ class SchedulerOutput:
     swapped_in: list[Request] = field(default_factory=list)
     swap_out_bytes: int = 0
     swap_in_bytes: int = 0
+    swap_copies: int = 0  # separate host<->device copies (per block, per layer, K and V)
     rejected: list[Request] = field(default_factory=list)
     # Block ids each swapped-out request held (a real engine copies them out first).
     swapped_out_blocks: dict[int, list[int]] = field(default_factory=dict)

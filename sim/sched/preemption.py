@@ -26,8 +26,11 @@ class PreemptionMode(StrEnum):
 
 
 class Preemptor:
-    def __init__(self, mode: PreemptionMode, allocator, swap: SwapSpace, bytes_per_slot: float) -> None:
+    def __init__(self, mode: PreemptionMode, allocator, swap: SwapSpace, bytes_per_slot: float,
+                 copies_per_block: int = 1) -> None:
         self.mode = mode
+        self.copies_per_block = copies_per_block  # engines copy each block per layer, K and V
+        self._swapped_blocks: dict[int, int] = {}  # request_id -> blocks it swapped out
         self.allocator = allocator
         self.swap = swap
         self.bytes_per_slot = bytes_per_slot
@@ -48,8 +51,12 @@ class Preemptor:
             num_bytes = self.held_bytes(req)
             if self.swap.reserve(req.request_id, num_bytes):
                 block_ids = getattr(self.allocator, "block_ids", None)
+                num_blocks = 1  # a contiguous extent moves in one copy per layer
                 if block_ids is not None:
                     out.swapped_out_blocks[req.request_id] = block_ids(req)
+                    num_blocks = len(out.swapped_out_blocks[req.request_id])
+                self._swapped_blocks[req.request_id] = num_blocks
+                out.swap_copies += num_blocks * self.copies_per_block
                 self.allocator.free(req)
                 req.status = RequestStatus.SWAPPED
                 req.num_swaps += 1
@@ -73,6 +80,7 @@ class Preemptor:
             return False
         num_bytes = self.swap.release(req.request_id)
         out.swap_in_bytes += num_bytes
+        out.swap_copies += self._swapped_blocks.pop(req.request_id) * self.copies_per_block
         self.swap_in_bytes += num_bytes
         out.swapped_in.append(req)
         return True

@@ -1,0 +1,47 @@
+"""Swaps move KV block by block, per layer, for K and V: many small copies cost more."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.calibration import load_calibration
+from sim.cost import PCIE_COPY_LATENCY_S, build_cost_model, swap_time_s
+from sim.kv.paged import PagedAllocator
+from sim.kv.swap import SwapSpace
+from sim.model import load_model
+from sim.scenario import PreemptionMode
+from sim.sched.continuous import ContinuousScheduler
+from sim.sched.preemption import Preemptor
+
+
+def test_copies_add_a_fixed_cost_each() -> None:
+    cm = build_cost_model(load_model("llama-3-8b"), load_calibration("a100-80gb"))
+    one = swap_time_s(cm, 1 << 20)
+    many = swap_time_s(cm, 1 << 20, num_copies=1000)
+    assert many - one == pytest.approx(999 * PCIE_COPY_LATENCY_S)
+    assert swap_time_s(cm, 0, num_copies=50) == 0.0
+
+
+def test_fitted_copies_use_the_measured_overhead() -> None:
+    cm = build_cost_model(load_model("llama-3-8b"), load_calibration("cpu-epyc-2core"))
+    assert swap_time_s(cm, 1 << 20, num_copies=64) > swap_time_s(cm, 1 << 20, num_copies=1)
+
+
+def test_a_swapped_request_counts_its_blocks_times_layers_both_ways(make_request) -> None:
+    alloc = PagedAllocator(11, 16)
+    pre = Preemptor(PreemptionMode.SWAP, alloc, SwapSpace(10**9), 2.0, copies_per_block=64)
+    sched = ContinuousScheduler(alloc, pre, chunked=False, max_num_seqs=8, max_num_batched_tokens=1000,
+                                max_model_len=1000, reject_when_full=False)
+    a, b = make_request(0, 80, output=3, max_tokens=3), make_request(1, 80, output=50, max_tokens=50)
+    sched.add_request(a)
+    sched.add_request(b)
+    out = sched.schedule()  # both prompts: 5 + 5 blocks
+    sched.update_from_output(out, 1.0)
+    out = sched.schedule()  # a grows into the last block; b cannot: b (5 blocks) swaps out
+    assert [r.request_id for r in out.swapped_out] == [1]
+    assert out.swap_copies == 5 * 64
+    sched.update_from_output(out, 2.0)
+    out = sched.schedule()  # a's third and last token
+    assert sched.update_from_output(out, 3.0) == [a]
+    out = sched.schedule()  # room again: b comes back with its 5 blocks
+    assert [r.request_id for r in out.swapped_in] == [1] and out.swap_copies == 5 * 64
