@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, cli_exit_code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,23 +114,20 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     if rest and args.command != "predict":
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    try:
-        if args.command == "predict":
-            return _predict(args, rest)
-        if args.command == "fit":
-            return _fit(args)
-        from microbench.calibrate import calibrate  # noqa: PLC0415
+    return cli_exit_code(lambda: _dispatch(args, rest, argv))
 
-        device = f"cuda:{args.gpu}" if args.gpu is not None else args.device
-        calibrate(argv, device_arg=device, models=args.model, quick=args.quick, out=args.out,
-                  threads=args.threads, show_progress=not args.no_progress and sys.stderr.isatty())
-        return 0
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
+
+def _dispatch(args, rest: list[str], argv: list[str]) -> int:
+    if args.command == "predict":
+        return _predict(args, rest)
+    if args.command == "fit":
+        return _fit(args)
+    from microbench.calibrate import calibrate  # noqa: PLC0415
+
+    device = f"cuda:{args.gpu}" if args.gpu is not None else args.device
+    calibrate(argv, device_arg=device, models=args.model, quick=args.quick, out=args.out,
+              threads=args.threads, show_progress=not args.no_progress and sys.stderr.isatty())
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

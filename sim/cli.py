@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from sim.errors import ConfigError
+from sim.errors import cli_exit_code
 
 
 def _add_run_parser(sub) -> None:
@@ -69,33 +69,29 @@ def _run(args) -> int:
     return 0
 
 
+def _dispatch(args) -> int:
+    if args.command == "run":
+        return _run(args)
+    if args.command == "sweep":
+        from sim.sweepcli import run_sweep_command
+
+        return run_sweep_command(args)
+    if args.command == "compare":
+        from sim.compare import run_compare
+
+        return run_compare(args)
+    if args.command == "validate":
+        from sim.validate.cli import run_validate
+
+        return run_validate(args)
+    from sim.kvcli import run_kv
+
+    return run_kv(args)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "run":
-            return _run(args)
-        if args.command == "sweep":
-            from sim.sweepcli import run_sweep_command
-
-            return run_sweep_command(args)
-        if args.command == "compare":
-            from sim.compare import run_compare
-
-            return run_compare(args)
-        if args.command == "validate":
-            from sim.validate.cli import run_validate
-
-            return run_validate(args)
-        from sim.kvcli import run_kv
-
-        return run_kv(args)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
+    args = build_parser().parse_args(argv)
+    return cli_exit_code(lambda: _dispatch(args))
 
 
 if __name__ == "__main__":  # pragma: no cover

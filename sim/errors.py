@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from typing import Callable
+
 
 class ConfigError(Exception):
     """Bad user input: which file, which key path, what is wrong and what is allowed.
@@ -14,3 +17,16 @@ class ConfigError(Exception):
         self.file = file
         self.key = key
         self.message = message
+
+
+def cli_exit_code(command: Callable[[], int]) -> int:
+    """Run one CLI command: bad input ends in one ``error: ...`` line on stderr and status
+    2, Ctrl-C in status 130; never a traceback for either."""
+    try:
+        return command()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
