@@ -1,0 +1,288 @@
+"""The scenario schema: frozen pydantic models, one per YAML section.
+
+``sim/scenario.py`` loads and validates files against it (and re-exports every name
+here); see README.md, "Scenario reference", for the meaning of each key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sim.kv import AllocatorKind
+from sim.kv.eviction import PrefixEviction
+from sim.kv.token_budget import TokenBudget, TokenEviction
+from sim.sched import BatchingPolicy, WhenKVFull
+from sim.sched.preemption import PreemptionMode
+from sim.sched.victim import VictimPolicy
+
+__all__ = [  # the policy choices are defined next to their policies and re-exported
+    "AllocatorKind", "ArrivalProcess", "BatchingPolicy", "ConstantArrival", "Conversation",
+    "DtypeName", "EmpiricalLength", "EngineConfig", "FixedLength", "GammaArrival", "KVConfig",
+    "LengthDist", "LogNormalLength", "PoissonArrival", "PosFloat", "PosInt", "PreemptionMode",
+    "PrefixEviction", "SLO", "Scenario", "SchedulerConfig", "SharedPrefix", "TokenBudget",
+    "TokenEviction", "TokenEvictionConfig", "TraceReplay", "UniformLength", "VictimPolicy",
+    "WhenKVFull", "Workload", "ZipfLength",
+]
+
+PosInt = Annotated[int, Field(gt=0)]
+PosFloat = Annotated[float, Field(gt=0)]
+
+
+def _choice(enum):
+    """An enum field that accepts its string values (strict mode would demand the enum)."""
+    return Annotated[enum, Field(strict=False)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+# ----------------------------------------------------------------------------- choices
+
+
+DtypeName = Literal["fp16", "bf16", "fp8", "int8", "int4"]
+
+# ----------------------------------------------------------------------- distributions
+
+
+class _Clip(_Frozen):
+    min: PosInt = 1
+    max: PosInt | None = None
+
+    @model_validator(mode="after")
+    def _min_le_max(self):
+        if self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min}) must be <= max ({self.max})")
+        return self
+
+
+class FixedLength(_Clip):
+    type: Literal["fixed"]
+    value: PosInt
+
+
+class UniformLength(_Clip):
+    type: Literal["uniform"]
+    low: PosInt
+    high: PosInt
+
+    @model_validator(mode="after")
+    def _low_le_high(self):
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
+        return self
+
+
+class LogNormalLength(_Clip):
+    type: Literal["lognormal"]
+    median: PosFloat
+    sigma: PosFloat
+
+
+class ZipfLength(_Clip):
+    """P(k) proportional to k**-a on the integers [min, max]; max is required."""
+
+    type: Literal["zipf"]
+    a: PosFloat
+    max: PosInt
+
+
+class EmpiricalLength(_Clip):
+    """Sampled with replacement from one column of a CSV file (e.g. a trace)."""
+
+    type: Literal["empirical"]
+    path: str
+    column: str
+
+
+LengthDist = Annotated[
+    Union[FixedLength, UniformLength, LogNormalLength, ZipfLength, EmpiricalLength],
+    Field(discriminator="type"),
+]
+
+
+class PoissonArrival(_Frozen):
+    type: Literal["poisson"]
+    rate: PosFloat  # requests per second
+
+
+class GammaArrival(_Frozen):
+    """Inter-arrival times from a gamma distribution: cv > 1 is burstier than Poisson."""
+
+    type: Literal["gamma"]
+    rate: PosFloat
+    cv: PosFloat
+
+
+class ConstantArrival(_Frozen):
+    type: Literal["constant"]
+    rate: PosFloat
+
+
+ArrivalProcess = Annotated[
+    Union[PoissonArrival, GammaArrival, ConstantArrival], Field(discriminator="type")
+]
+
+
+class TraceReplay(_Frozen):
+    """Arrival times and lengths from a CSV with columns
+    ``arrived_at, num_prefill_tokens, num_decode_tokens`` (the Azure 2023 format)."""
+
+    path: str
+    speedup: PosFloat = 1.0  # 2.0 replays the trace twice as fast
+
+
+class SharedPrefix(_Frozen):
+    """``num_prefixes`` system prompts of ``prefix_tokens`` tokens; a share
+    ``fraction`` of sessions starts with one of them, picked uniformly, or with Zipf
+    popularity (prompt k with probability proportional to k**-zipf_a) when ``zipf_a``
+    is set."""
+
+    num_prefixes: PosInt
+    prefix_tokens: PosInt
+    fraction: Annotated[float, Field(gt=0, le=1)] = 1.0
+    zipf_a: PosFloat | None = None
+
+
+class Conversation(_Frozen):
+    """Multi-turn sessions: turn k's prompt is the whole history (previous prompts and
+    answers) plus new user tokens drawn from ``workload.prompt_tokens``; the next turn
+    arrives ``think_time_s`` (exponential with this mean) after the previous answer."""
+
+    turns: LengthDist
+    think_time_s: Annotated[float, Field(ge=0)] = 5.0
+
+
+class Workload(_Frozen):
+    num_requests: PosInt | None = None
+    duration_s: PosFloat | None = None
+    arrival: ArrivalProcess | None = None
+    trace: TraceReplay | None = None
+    prompt_tokens: LengthDist | None = None
+    output_tokens: LengthDist | None = None
+    max_tokens: PosInt | None = None
+    shared_prefix: SharedPrefix | None = None
+    conversation: Conversation | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if self.trace is not None:
+            for key in ("arrival", "prompt_tokens", "output_tokens", "conversation"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"'{key}' cannot be combined with 'trace' (the trace gives it)")
+        else:
+            for key in ("arrival", "prompt_tokens", "output_tokens"):
+                if getattr(self, key) is None:
+                    raise ValueError(f"'{key}' is required unless 'trace' is given")
+            if self.num_requests is None and self.duration_s is None:
+                raise ValueError("give 'num_requests' or 'duration_s' (or both)")
+        return self
+
+
+# ----------------------------------------------------------------------- engine parts
+
+
+class EngineConfig(_Frozen):
+    max_model_len: PosInt = 8192
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
+    weight_dtype: DtypeName = "bf16"
+    kv_dtype: DtypeName = "bf16"
+    kv_quant_group_size: PosInt = 64
+    activation_peak_bytes: Annotated[int, Field(ge=0)] | None = None
+    runtime_overhead_bytes: Annotated[int, Field(ge=0)] | None = None
+    num_gpu_blocks_override: PosInt | None = None
+
+
+class TokenEvictionConfig(_Frozen):
+    """Per-request KV budget (``sim/kv/token_budget.py``). ``window_tokens`` is the recent
+    window W; ``sink_tokens`` S for ``streaming``; ``heavy_tokens`` H for ``h2o-budget``.
+    Sizes the policy does not use are ignored."""
+
+    policy: _choice(TokenEviction) = TokenEviction.NONE
+    window_tokens: Annotated[int, Field(ge=0)] = 0
+    sink_tokens: Annotated[int, Field(ge=0)] = 0
+    heavy_tokens: Annotated[int, Field(ge=0)] = 0
+
+    @model_validator(mode="after")
+    def _needs_sizes(self):
+        needs = {
+            TokenEviction.NONE: (),
+            TokenEviction.SLIDING_WINDOW: ("window_tokens",),
+            TokenEviction.STREAMING: ("sink_tokens", "window_tokens"),
+            TokenEviction.H2O_BUDGET: ("heavy_tokens", "window_tokens"),
+        }[self.policy]
+        for key in needs:  # sizes a policy does not use are ignored (handy with --set)
+            if getattr(self, key) <= 0:
+                raise ValueError(f"policy '{self.policy}' needs a positive {key}")
+        return self
+
+    def budget(self) -> TokenBudget:
+        return TokenBudget(self.policy, self.window_tokens, self.sink_tokens, self.heavy_tokens)
+
+
+class KVConfig(_Frozen):
+    allocator: _choice(AllocatorKind) = AllocatorKind.PAGED
+    block_size: PosInt = 16
+    prefix_caching: bool = False
+    prefix_cache_eviction: _choice(PrefixEviction) = PrefixEviction.LRU
+    token_eviction: TokenEvictionConfig = TokenEvictionConfig()
+    swap_space_gb: Annotated[float, Field(ge=0)] = 4.0
+
+    @model_validator(mode="after")
+    def _caching_needs_paged(self):
+        if self.prefix_caching and self.allocator != AllocatorKind.PAGED:
+            raise ValueError("prefix_caching needs allocator 'paged'")
+        if self.prefix_caching and self.token_eviction.policy != TokenEviction.NONE:
+            raise ValueError("prefix_caching cannot be combined with token_eviction "
+                             "(evicted tokens break the shared prefix)")
+        return self
+
+
+class SchedulerConfig(_Frozen):
+    policy: _choice(BatchingPolicy) = BatchingPolicy.CONTINUOUS
+    max_num_seqs: PosInt = 256
+    max_num_batched_tokens: PosInt | None = None  # None: 8192, or max_model_len if larger and not chunked
+    preemption: _choice(PreemptionMode) = PreemptionMode.RECOMPUTE
+    preemption_victim: _choice(VictimPolicy) = VictimPolicy.LIFO
+    watermark: Annotated[float, Field(ge=0, lt=0.5)] = 0.0  # pool share kept free at admission
+    when_kv_full: _choice(WhenKVFull) = WhenKVFull.QUEUE
+
+
+class SLO(_Frozen):
+    ttft_s: PosFloat = 2.0
+    tpot_s: PosFloat = 0.2
+
+
+class Scenario(_Frozen):
+    name: str = "scenario"
+    description: str = ""
+    seed: Annotated[int, Field(ge=0)] = 0
+    model: str = "llama-3-8b"
+    gpu: str = "a100-80gb"
+    engine: EngineConfig = EngineConfig()
+    kv: KVConfig = KVConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
+    workload: Workload
+    slo: SLO = SLO()
+    # Where the file came from; relative paths in it resolve against this folder.
+    source_path: str = Field(default="<scenario>", exclude=True)
+
+    @property
+    def base_dir(self) -> Path:
+        return Path(self.source_path).resolve().parent
+
+    def resolve(self, path: str) -> Path:
+        p = Path(path)
+        return p if p.is_absolute() else self.base_dir / p
+
+    @property
+    def max_num_batched_tokens(self) -> int:
+        explicit = self.scheduler.max_num_batched_tokens
+        if explicit is not None:
+            return explicit
+        if self.scheduler.policy == BatchingPolicy.CHUNKED_PREFILL:
+            return 8192
+        return max(8192, self.engine.max_model_len)
