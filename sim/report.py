@@ -253,13 +253,16 @@ def render_report(result, summary: dict, calibration=None) -> str:
         calibration = _load_calibration(sc)
     title = f"kvsim: {sc.name}"
     head = (f"<h1>{html.escape(title)}</h1><p>{html.escape(summary['model'])} on "
-            f"{html.escape(summary['gpu'])} (calibration: {html.escape(summary['calibration_source'])}). "
+            f"{html.escape(summary['gpu'])} (calibration: "
+            f"{html.escape(summary.get('calibration_label', summary['calibration_source']))}). "
             f"{html.escape(sc.description)}</p>")
+    head += "".join(f"<p class='note'><b>Note:</b> {html.escape(n)}</p>" for n in summary.get("notes", ()))
     style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1300px}"
              "table.summary td{padding:2px 10px;border-bottom:1px solid #eee;font-size:13px}"
              ".cards{display:flex;flex-wrap:wrap;gap:10px}.card{background:#f1f3f5;border-radius:6px;"
              "padding:6px 12px;min-width:150px}.card b{display:block;font-size:20px}"
-             ".card span{font-size:12px;color:#495057}")
+             ".card span{font-size:12px;color:#495057}"
+             ".note{background:#fff3bf;border-left:4px solid #f59f00;padding:6px 10px}")
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{style}</style></head><body>{head}{_key_numbers_html(summary)}"
             + "".join(f"<div class='plot'>{p}</div>" for p in parts)

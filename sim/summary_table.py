@@ -72,5 +72,6 @@ def print_summary(s: dict, out_dir: Path, report: bool = True) -> None:
     if kv.get("prefix_cache_hit_rate") is not None:
         lines.append(f"prefix cache hit rate {kv['prefix_cache_hit_rate']:.1%}")
     lines.append(f"wrote        {out_dir}/ (summary.json, requests.csv, steps.csv{', report.html' if report else ''})")
+    lines += [f"note         {n}" for n in s.get("notes", ())]
     for line in lines:
         console.print(line, highlight=False, soft_wrap=True)

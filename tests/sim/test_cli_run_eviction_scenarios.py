@@ -54,3 +54,12 @@ def test_victim_policy_changes_who_waits(scenarios_dir, tmp_path, victim) -> Non
     assert other["ttft_s"]["p99"] != lifo["ttft_s"]["p99"]
     if victim == "most-blocks":  # throwing away the most work hurts the tail most
         assert other["ttft_s"]["p99"] > lifo["ttft_s"]["p99"]
+
+
+def test_report_and_table_say_quality_is_not_simulated(scenarios_dir, tmp_path, capsys) -> None:
+    out = tmp_path / "rag"
+    assert main(["run", str(scenarios_dir / "rag-long-context.yaml"), "--out", str(out),
+                 "--set", "workload.num_requests=20"]) == 0
+    assert "quality is not simulated" in capsys.readouterr().out
+    page = (out / "report.html").read_text()
+    assert "class='note'" in page and "quality is not simulated" in page
