@@ -115,7 +115,8 @@ class Simulation:
                 yield self._wakeup
             out = sched.schedule()
             # A static batch whose last live member was just preempted is left with padding
-            # rows only: that step still runs, so the batch ends and its answers go out.
+            # rows only: nothing is computed, but the update ends the batch at once and its
+            # answers go out.
             if not out.scheduled and not out.decode_padding_seqs:
                 # Nothing ran. A preemption freed memory (after its swap-out, if any): try
                 # again at once. Otherwise nothing can run until something arrives.
@@ -130,9 +131,10 @@ class Simulation:
             swap_bytes = out.swap_out_bytes + out.swap_in_bytes
             if swap_bytes:
                 yield from self._transfer(swap_bytes, out.swap_copies)
-            if self.step_hook is not None:
-                self.step_hook(out)
-            yield env.timeout(predicted_step_s(self.cost, out))
+            if out.scheduled:
+                if self.step_hook is not None:
+                    self.step_hook(out)
+                yield env.timeout(predicted_step_s(self.cost, out))
             finished = sched.update_from_output(out, env.now, start)
             self.steps.record(env.now, env.now - start, out, sched, self.allocator)
             for req in finished:

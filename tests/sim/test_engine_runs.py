@@ -136,6 +136,12 @@ def test_static_batch_whose_last_live_member_is_preempted_still_ends(
     assert summary["requests"]["completed"] == 2
     assert b.num_preemptions >= 1
     assert a.finish_s < b.finish_s
+    # The batch ends when b is preempted, not one (padding-only) decode step later: a step
+    # that computed nothing took no time beyond its swap copies.
+    rows = result.steps.array()
+    idle = (rows["num_prefill_tokens"] + rows["num_decode_tokens"]) == 0
+    assert idle.any()
+    assert all(d == 0 or swapped > 0 for d, swapped in zip(rows["duration_s"][idle], rows["swap_bytes"][idle]))
 
 
 def test_same_seed_same_summary(simulate, scenario_dict) -> None:
