@@ -111,13 +111,13 @@ class TinyLlama:
         if spec.is_mla or spec.num_experts:
             raise ValueError(f"the validation model is dense Llama-style; {spec.name} is not")
         self.spec, self.device, self.dtype = spec, device, dtype
-        gen = torch.Generator(device="cpu").manual_seed(seed)
+        gen = torch.Generator(device=device).manual_seed(seed)  # drawn where they live: 8B weights are fast on a GPU
         h, hq, hkv, d = spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads, spec.head_dim
         self.num_q_heads, self.num_kv_heads, self.head_dim = hq, hkv, d
 
         def w(*shape, scale=None):
-            t = torch.randn(*shape, generator=gen) * (scale or shape[-1] ** -0.5)
-            return t.to(device=device, dtype=dtype)
+            t = torch.randn(*shape, generator=gen, device=device) * (scale or shape[-1] ** -0.5)
+            return t.to(dtype=dtype)
 
         self.embed = w(spec.vocab_size, h, scale=1.0)
         self.layers = [dict(

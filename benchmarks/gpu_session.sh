@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Everything a session with a lent GPU runs, in one call of well under 10 minutes:
+#   1. kernels against their references on realistic shapes, then timed (kernels_gpu.py)
+#   2. microbench calibrate --gpu 0 --quick (Llama-3-8B shapes) -> $OUT/calibration.yaml
+#   3. sim validate on the GPU with that calibration -> $OUT/validate/
+# Prepare on the dev machine: bash benchmarks/gpu_wheels.sh; then run this on the device
+# with carry [".gpu-wheels"]. Each stage has its own time limit and the next one runs
+# even if it fails; the summary table is printed last. Results land in $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/kvsim-gpu}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --find-links .gpu-wheels --target .gpu-site simpy pydantic plotly \
+    > "$OUT/pip.txt" 2>&1 || echo "pip install from .gpu-wheels failed: see pip.txt"
+export PYTHONPATH="$PWD:$PWD/.gpu-site${PYTHONPATH:+:$PYTHONPATH}"
+{ nvidia-smi; python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"; } \
+    > "$OUT/device.txt" 2>&1
+timeout 170 python3 benchmarks/kernels_gpu.py --json "$OUT/kernels.json" > "$OUT/kernels.txt" 2>&1
+echo "kernels_gpu: exit $?" >> "$OUT/status.txt"
+timeout 200 python3 -m microbench.cli calibrate --gpu 0 --quick --no-progress \
+    --out "$OUT/calibration.yaml" > "$OUT/calibrate.txt" 2>&1
+echo "calibrate: exit $?" >> "$OUT/status.txt"
+CAL="$OUT/calibration.yaml"; [ -f "$CAL" ] || CAL=h200
+timeout 170 python3 -m sim.cli validate scenarios/validate-gpu.yaml --device cuda:0 \
+    --calibration "$CAL" --out "$OUT/validate" > "$OUT/validate.txt" 2>&1
+echo "validate: exit $?" >> "$OUT/status.txt"
+cat "$OUT/device.txt" | head -20; tail -25 "$OUT/kernels.txt"; tail -15 "$OUT/calibrate.txt"
+tail -20 "$OUT/validate.txt"; cat "$OUT/status.txt"
