@@ -11,6 +11,8 @@ import math
 
 import torch
 
+QUERY_TILE = 128  # prefill_attention_ref's query tile (rows of new tokens per matmul)
+
 
 def gather_paged_kv(cache: torch.Tensor, block_table: torch.Tensor, num_tokens: int) -> torch.Tensor:
     """The first ``num_tokens`` tokens of one sequence, contiguous: [num_tokens, num_kv_heads, head_dim]."""
@@ -57,9 +59,14 @@ def prefill_attention_ref(query, key, value, key_cache, value_cache, block_table
         ctx = int(context_lens[s])
         k = torch.cat([gather_paged_kv(key_cache, block_tables[s], ctx), key[lo:hi]])
         v = torch.cat([gather_paged_kv(value_cache, block_tables[s], ctx), value[lo:hi]])
-        q_pos = ctx + torch.arange(hi - lo, device=query.device)
-        mask = torch.arange(ctx + hi - lo, device=query.device)[None, :] <= q_pos[:, None]
-        out[lo:hi] = _attend(query[lo:hi], k, v, scale, mask).to(query.dtype)
+        # Queries in tiles of QUERY_TILE: each tile reads only the keys it may see, so the
+        # work follows the causal (query, key) pairs, as the kernel's does.
+        for a in range(lo, hi, QUERY_TILE):
+            b = min(a + QUERY_TILE, hi)
+            q_pos = ctx + torch.arange(a - lo, b - lo, device=query.device)
+            n_keys = ctx + b - lo
+            mask = torch.arange(n_keys, device=query.device)[None, :] <= q_pos[:, None]
+            out[a:b] = _attend(query[a:b], k[:n_keys], v[:n_keys], scale, mask).to(query.dtype)
     return out
 
 

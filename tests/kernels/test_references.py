@@ -34,3 +34,19 @@ def test_prefill_reference_is_dense_causal_attention(block_size):
         k = torch.cat([world.keys[s], key[lo:hi]])
         v = torch.cat([world.values[s], value[lo:hi]])
         torch.testing.assert_close(got[lo:hi].double(), dense_causal_attention(query[lo:hi], k, v), **F32)
+
+
+def test_prefill_reference_tiles_long_prompts_exactly():
+    """Prompts longer than the reference's query tile are split; the result must not change."""
+    from kernels.reference import QUERY_TILE
+
+    g = generator("ref-prefill-long", 16)
+    q_lens, ctx_lens = [2 * QUERY_TILE + 37, QUERY_TILE], [0, 40]
+    world, args = prefill_batch(g, q_lens, ctx_lens, 16, 4, 2, 16, torch.float32)
+    query, key, value, *_, query_start_loc, _ = args
+    got = prefill_attention_ref(*args)
+    for s, ctx in enumerate(ctx_lens):
+        lo, hi = int(query_start_loc[s]), int(query_start_loc[s + 1])
+        k = torch.cat([world.keys[s], key[lo:hi]])
+        v = torch.cat([world.values[s], value[lo:hi]])
+        torch.testing.assert_close(got[lo:hi].double(), dense_causal_attention(query[lo:hi], k, v), **F32)
