@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from sim.request import Request
 from sim.sched.base import SchedulerBase
-from sim.sched.output import SchedulerOutput
+from sim.sched.output import SchedulerOutput, is_decode
 
 
 class ContinuousScheduler(SchedulerBase):
@@ -33,11 +33,10 @@ class ContinuousScheduler(SchedulerBase):
     def _priority_order(self) -> list[Request]:
         if not self.chunked:
             return list(self.running)
-        decodes = [r for r in self.running if r.num_computed_tokens == r.num_tokens - 1 and r.num_generated]
+        decodes = [r for r in self.running if is_decode(r, 1)]
         if len(decodes) == len(self.running):
             return decodes
-        prefills = [r for r in self.running if not (r.num_computed_tokens == r.num_tokens - 1 and r.num_generated)]
-        return decodes + prefills
+        return decodes + [r for r in self.running if not is_decode(r, 1)]
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
         order = self._priority_order()

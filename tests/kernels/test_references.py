@@ -27,13 +27,7 @@ def test_prefill_reference_is_dense_causal_attention(block_size):
     g = generator("ref-prefill", block_size)
     q_lens, ctx_lens = [5, 9, 3], [0, 11, block_size]
     world, args = prefill_batch(g, q_lens, ctx_lens, block_size, 4, 2, 16, torch.float32)
-    query, key, value, *_, query_start_loc, _ = args
-    got = prefill_attention_ref(*args)
-    for s, ctx in enumerate(ctx_lens):
-        lo, hi = int(query_start_loc[s]), int(query_start_loc[s + 1])
-        k = torch.cat([world.keys[s], key[lo:hi]])
-        v = torch.cat([world.values[s], value[lo:hi]])
-        torch.testing.assert_close(got[lo:hi].double(), dense_causal_attention(query[lo:hi], k, v), **F32)
+    _check_prefill_against_dense(world, args)
 
 
 def test_prefill_reference_tiles_long_prompts_exactly():
@@ -43,9 +37,14 @@ def test_prefill_reference_tiles_long_prompts_exactly():
     g = generator("ref-prefill-long", 16)
     q_lens, ctx_lens = [2 * QUERY_TILE + 37, QUERY_TILE], [0, 40]
     world, args = prefill_batch(g, q_lens, ctx_lens, 16, 4, 2, 16, torch.float32)
+    _check_prefill_against_dense(world, args)
+
+
+def _check_prefill_against_dense(world, args) -> None:
+    """Each sequence's new tokens against dense causal attention over [cached; new]."""
     query, key, value, *_, query_start_loc, _ = args
     got = prefill_attention_ref(*args)
-    for s, ctx in enumerate(ctx_lens):
+    for s in range(len(world.keys)):
         lo, hi = int(query_start_loc[s]), int(query_start_loc[s + 1])
         k = torch.cat([world.keys[s], key[lo:hi]])
         v = torch.cat([world.values[s], value[lo:hi]])

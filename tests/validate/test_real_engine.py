@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 from sim.cli import main  # noqa: E402
 from sim.engine import Simulation  # noqa: E402
 from sim.scenario import parse_scenario  # noqa: E402
+from sim.sched.output import is_decode  # noqa: E402
 from sim.validate.executor import StepExecutor, token_ids  # noqa: E402
 from sim.validate.model import TinyLlama  # noqa: E402
 
@@ -52,8 +53,7 @@ def checked_run(data: dict, corrupt: bool = False) -> tuple[int, int]:
             tables = inp.decode_block_tables if inp.decode_block_tables.numel() else inp.prefill_block_tables
             tables[0, 0] = (tables[0, 0] + 1) % model.key_caches[0].shape[0]
         _, kept = model.forward(inp, keep_attention=True)
-        prefills = [(r, n) for r, n in out.scheduled if not (n == 1 and r.num_generated and
-                                                            r.num_computed_tokens == r.num_tokens - 1)]
+        prefills = [(r, n) for r, n in out.scheduled if not is_decode(r, n)]
         decodes = [(r, n) for r, n in out.scheduled if (r, n) not in prefills]
         row = 0
         for r, n in prefills + decodes:
