@@ -23,14 +23,20 @@ def gather_paged_kv(cache: torch.Tensor, block_table: torch.Tensor, num_tokens: 
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, mask: torch.Tensor | None) -> torch.Tensor:
-    """q [Lq, Hq, D], k/v [Lk, Hkv, D], mask [Lq, Lk] bool (True = may attend) -> [Lq, Hq, D] fp32."""
-    group = q.shape[1] // k.shape[1]
-    k = k.float().repeat_interleave(group, dim=1)
-    v = v.float().repeat_interleave(group, dim=1)
-    scores = torch.einsum("qhd,khd->hqk", q.float(), k) * scale
+    """q [Lq, Hq, D], k/v [Lk, Hkv, D], mask [Lq, Lk] bool (True = may attend) -> [Lq, Hq, D] fp32.
+
+    Grouped-query attention as the kernels do it: the ``Hq / Hkv`` query heads of a group
+    share their KV head's keys, read once (K/V are not expanded to ``Hq`` heads).
+    """
+    lq, hq, d = q.shape
+    hkv = k.shape[1]
+    qg = q.float().reshape(lq, hkv, hq // hkv, d).permute(1, 2, 0, 3)  # [Hkv, group, Lq, D]
+    kt = k.float().permute(1, 2, 0).unsqueeze(1)  # [Hkv, 1, D, Lk]
+    scores = (qg @ kt) * scale  # [Hkv, group, Lq, Lk]
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.einsum("hqk,khd->qhd", torch.softmax(scores, dim=-1), v)
+    out = torch.softmax(scores, dim=-1) @ v.float().permute(1, 0, 2).unsqueeze(1)  # [Hkv, group, Lq, D]
+    return out.permute(2, 0, 1, 3).reshape(lq, hq, d)
 
 
 def paged_attention_decode_ref(query, key_cache, value_cache, block_tables, seq_lens, *, scale=None):
@@ -57,8 +63,8 @@ def prefill_attention_ref(query, key, value, key_cache, value_cache, block_table
     for s in range(block_tables.shape[0]):
         lo, hi = int(query_start_loc[s]), int(query_start_loc[s + 1])
         ctx = int(context_lens[s])
-        k = torch.cat([gather_paged_kv(key_cache, block_tables[s], ctx), key[lo:hi]])
-        v = torch.cat([gather_paged_kv(value_cache, block_tables[s], ctx), value[lo:hi]])
+        k = torch.cat([gather_paged_kv(key_cache, block_tables[s], ctx), key[lo:hi]]).float()
+        v = torch.cat([gather_paged_kv(value_cache, block_tables[s], ctx), value[lo:hi]]).float()
         # Queries in tiles of QUERY_TILE: each tile reads only the keys it may see, so the
         # work follows the causal (query, key) pairs, as the kernel's does.
         for a in range(lo, hi, QUERY_TILE):
