@@ -121,7 +121,8 @@ def build_cost_model(model: ModelSpec, calibration: Calibration, kv_dtype: KVDty
 
 
 def step_time_s(cm: CostModel, *, num_seqs: int, num_prefill_tokens: int, num_decode_tokens: int,
-                decode_kv_tokens: int, prefill_attn_pairs: float, prefill_kv_tokens: int) -> float:
+                decode_kv_tokens: int, prefill_attn_pairs: float, prefill_kv_tokens: int,
+                num_prefill_seqs: int = 1) -> float:
     """Seconds one engine step takes; 0.0 when it has no tokens.
 
     num_seqs: sequences that produce a token this step (lm_head rows).
@@ -130,12 +131,14 @@ def step_time_s(cm: CostModel, *, num_seqs: int, num_prefill_tokens: int, num_de
     prefill_attn_pairs: sum over prefill chunks of q x (cached + (q + 1) / 2), where q is
         the chunk's tokens and cached the KV tokens already there (causal attention).
     prefill_kv_tokens: sum over prefill chunks of cached + q (KV tokens read).
+    num_prefill_seqs: prefill chunks in the step (a fitted attention's per-sequence cost).
     All arguments are non-negative; the result is non-decreasing in each.
     """
     if cm.fitted is not None:
         return fitted_step_time_s(cm.fitted, num_seqs=num_seqs, num_prefill_tokens=num_prefill_tokens,
                                   num_decode_tokens=num_decode_tokens, decode_kv_tokens=decode_kv_tokens,
-                                  prefill_attn_pairs=prefill_attn_pairs, prefill_kv_tokens=prefill_kv_tokens)
+                                  prefill_attn_pairs=prefill_attn_pairs, prefill_kv_tokens=prefill_kv_tokens,
+                                  num_prefill_seqs=num_prefill_seqs)
     m = num_prefill_tokens + num_decode_tokens
     if m <= 0:
         return 0.0

@@ -60,7 +60,8 @@ def predicted_step_s(cost, out: SchedulerOutput) -> float:
         num_prefill_tokens=out.num_prefill_tokens + out.prefill_padding_tokens,
         num_decode_tokens=out.num_decode_tokens + out.decode_padding_seqs,
         decode_kv_tokens=out.decode_kv_tokens, prefill_attn_pairs=out.prefill_attn_pairs,
-        prefill_kv_tokens=out.prefill_kv_tokens)
+        prefill_kv_tokens=out.prefill_kv_tokens,
+        num_prefill_seqs=out.num_seqs - out.num_decode_tokens - out.decode_padding_seqs)
 
 
 class Simulation:

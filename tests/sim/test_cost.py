@@ -145,12 +145,13 @@ def test_measured_calibration_uses_fitted_kernels() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(base=st.tuples(*[st.integers(0, 4000)] * 5), which=st.integers(0, 4), extra=st.integers(1, 3000))
-def test_fitted_step_time_is_monotone(base, which, extra) -> None:
+@given(base=st.tuples(*[st.integers(0, 4000)] * 5), chunks=st.integers(0, 64), which=st.integers(0, 5),
+       extra=st.integers(1, 3000))
+def test_fitted_step_time_is_monotone(base, chunks, which, extra) -> None:
     cm = build_cost_model(load_model("qwen2.5-1.5b"), _measured())
     seqs, prefill, decode, kv, pairs = base
     args = dict(num_seqs=seqs, num_prefill_tokens=prefill, num_decode_tokens=decode,
-                decode_kv_tokens=kv, prefill_attn_pairs=pairs, prefill_kv_tokens=prefill)
+                decode_kv_tokens=kv, prefill_attn_pairs=pairs, prefill_kv_tokens=prefill, num_prefill_seqs=chunks)
     key = list(args)[which]
     bigger = dict(args, **{key: args[key] + extra})
     assert step(cm, **bigger) >= step(cm, **args) - 1e-15
