@@ -16,9 +16,10 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from microbench.cases import input_bytes, make_fns
+from microbench.cases import input_bytes, make_fns, release_models
 from microbench.suites import DEFAULT_MODELS, cases
-from microbench.timing import cpu_cache_bytes, rotation_copies, time_cpu, time_cuda, time_host_copy_cuda
+from microbench.timing import (cpu_cache_bytes, rotation_copies, time_cpu, time_cuda, time_host_copy_cuda,
+                               time_round_robin)
 
 
 def _version(dist: str) -> str:
@@ -79,6 +80,19 @@ def device_record(torch, device, argv: list[str]) -> dict:
             "gpu_name": name, "memory_bytes": memory, "provenance": prov}
 
 
+def _record(kernel: str, shape: dict, t) -> dict:
+    return {"kernel": kernel, **shape, "time_s": t.median_s, "p20_s": t.p20_s, "p80_s": t.p80_s,
+            "repeats": t.repeats, "source": "microbench"}
+
+
+def _same_model(case: tuple[str, dict], first: tuple[str, dict]) -> bool:
+    """Is ``case`` a forward case on ``first``'s model (all fields but the batch's)?"""
+    from sim.composition import FORWARD_BATCH_FIELDS  # noqa: PLC0415
+
+    strip = lambda s: {k: v for k, v in s.items() if k not in FORWARD_BATCH_FIELDS}  # noqa: E731
+    return case[0] == "forward" and strip(case[1]) == strip(first[1])
+
+
 def run_sweep(torch, device, todo: list[tuple[str, dict]], *, quick: bool, show_progress: bool = True) -> list[dict]:
     """Time every (kernel, shape) of ``todo``; one record per case."""
     from rich.console import Console  # noqa: PLC0415
@@ -92,7 +106,22 @@ def run_sweep(torch, device, todo: list[tuple[str, dict]], *, quick: bool, show_
                TimeElapsedColumn())
     with Progress(*columns, console=Console(stderr=True), transient=True, disable=not show_progress) as bar:
         task = bar.add_task("sweep", total=len(todo), what="")
-        for kernel, shape in todo:
+        i = 0
+        while i < len(todo):
+            kernel, shape = todo[i]
+            if kernel == "forward":  # one model's whole steps, timed in turns
+                group = [todo[i]]
+                while i + len(group) < len(todo) and _same_model(todo[i + len(group)], todo[i]):
+                    group.append(todo[i + len(group)])
+                bar.update(task, what=f"forward steps x{len(group)} hidden={shape['hidden_size']} "
+                                      f"layers={shape['num_layers']}")
+                fns = [make_fns(k, s, device)[0] for k, s in group]
+                timings = time_round_robin(fns, min_time_s=0.02 if quick else 0.05, min_repeats=3 if quick else 5)
+                records += [_record(k, s, t) for (k, s), t in zip(group, timings)]
+                del fns
+                bar.advance(task, len(group))
+                i += len(group)
+                continue
             bar.update(task, what=f"{kernel} {' '.join(f'{k}={v}' for k, v in shape.items())}")
             host = kernel in ("copy_h2d", "copy_d2h")
             copies = 1 if host else rotation_copies(input_bytes(kernel, shape), cache)
@@ -102,10 +131,11 @@ def run_sweep(torch, device, todo: list[tuple[str, dict]], *, quick: bool, show_
             else:
                 t = time_cpu(fns, min_time_s=0.01 if quick else 0.05, min_repeats=5 if quick else 9,
                              warmup=1 if quick else 2)
-            records.append({"kernel": kernel, **shape, "time_s": t.median_s, "p20_s": t.p20_s, "p80_s": t.p80_s,
-                            "repeats": t.repeats, "source": "microbench"})
+            records.append(_record(kernel, shape, t))
             del fns
             bar.advance(task)
+            i += 1
+    release_models()
     return records
 
 
@@ -115,7 +145,7 @@ def calibrate(argv: list[str], *, device_arg: str, models: list[str] | None, qui
     import torch  # noqa: PLC0415
     import yaml  # noqa: PLC0415
 
-    from microbench.fit import describe, fit  # noqa: PLC0415
+    from microbench.fit import describe, describe_composition, fit  # noqa: PLC0415
     from microbench.records import write_jsonl  # noqa: PLC0415
     from sim.calibration import calibration_to_dict  # noqa: PLC0415
     from sim.model import load_model  # noqa: PLC0415
@@ -141,6 +171,8 @@ def calibrate(argv: list[str], *, device_arg: str, models: list[str] | None, qui
     cal = fit(records, device=dev, name=yaml_path.stem)
     for f in cal.kernels.values():
         log("  " + describe(f))
+    if cal.composition is not None:
+        log("  " + describe_composition(cal.composition))
     header = (f"# kvsim calibration, schema 2, measured by microbench on {dev['gpu_name']}.\n"
               f"# Raw timings: {jsonl_path.name} (refit: microbench fit {jsonl_path.name} -o {yaml_path.name}).\n")
     yaml_path.write_text(header + yaml.safe_dump(calibration_to_dict(cal), sort_keys=False, width=120))

@@ -32,6 +32,8 @@ def input_bytes(kernel: str, shape: dict) -> int:
         return 2 * shape["num_tokens"] * shape["hidden_size"] * b
     if kernel == "step":
         return 4 * shape["num_seqs"] * shape["vocab_size"]
+    if kernel == "forward":
+        return 0  # a whole step on one model: its weights are the rotation
     if kernel == "elementwise":
         per_token = ((shape["num_q_heads"] + shape["num_kv_heads"]) * shape["head_dim"]
                      + 2 * shape["intermediate_size"] + 3 * shape["hidden_size"])
@@ -127,6 +129,8 @@ def _one(torch, kernel: str, s: dict, device, gen, cpu_gen):
         return lambda: host.copy_(dev, non_blocking=bool(s["pinned"]))
     if kernel == "step":
         return _step(torch, s["num_seqs"], s["vocab_size"], device, gen)
+    if kernel == "forward":
+        return _forward(torch, s, device, dtype)
     raise ValueError(f"kernel: no case for {kernel!r}")
 
 
@@ -161,3 +165,50 @@ def _step(torch, num_seqs: int, vocab_size: int, device, gen):
         return (torch.argmax(logits, dim=-1) + inp.positions[:1]).cpu()
 
     return step
+
+
+_FORWARD_MODELS: dict = {}  # the model of the last forward case: a sweep times one model's batches in a row
+
+
+def release_models() -> None:
+    """Drop the cached forward-case model (its weights and KV cache)."""
+    _FORWARD_MODELS.clear()
+
+
+def _forward(torch, s: dict, device, dtype):
+    """One whole step of the validation engine (sim.validate: pack the batch, the model's
+    forward over the paged KV cache, the sampled ids read back) on a synthetic batch of
+    ``decode_seqs`` decodes after ``decode_context`` tokens and ``prefill_seqs`` chunks of
+    ``prefill_query`` tokens after ``prefill_context`` (fields: sim.composition)."""
+    from sim.composition import forward_model  # noqa: PLC0415
+    from sim.kv.paged import PagedAllocator  # noqa: PLC0415
+    from sim.request import Request  # noqa: PLC0415
+    from sim.sched.output import SchedulerOutput  # noqa: PLC0415
+    from sim.validate.executor import StepExecutor  # noqa: PLC0415
+    from sim.validate.model import TinyLlama  # noqa: PLC0415
+
+    block = 16
+    nd, cd = s["decode_seqs"], s["decode_context"]
+    npf, q, cp = s["prefill_seqs"], s["prefill_query"], s["prefill_context"]
+    need = nd * math.ceil((cd + 1) / block) + npf * math.ceil((cp + q) / block)
+    spec = forward_model(s)
+    key = (spec, dtype, str(device))
+    model = _FORWARD_MODELS.get(key)
+    if model is None or model.key_caches[0].shape[0] < need:
+        _FORWARD_MODELS.clear()
+        size = max(64, 1 << max(0, need - 1).bit_length())  # a power of two: few rebuilds
+        model = _FORWARD_MODELS[key] = TinyLlama(spec, num_blocks=size, block_size=block, device=device,
+                                                 dtype=dtype, seed=0)
+    alloc, out = PagedAllocator(model.key_caches[0].shape[0], block), SchedulerOutput()
+    for i in range(npf):
+        req = Request(i, 0.0, ((i + 1, cp + q),), 8, 8)
+        alloc.allocate_slots(req, cp + q)
+        req.num_computed_tokens = cp
+        out.add(req, q)
+    for i in range(npf, npf + nd):
+        req = Request(i, 0.0, ((i + 1, cd),), 8, 8)
+        alloc.allocate_slots(req, cd + 1)
+        req.num_computed_tokens, req.num_generated = cd, 1
+        out.add(req, 1)
+    executor = StepExecutor(model, alloc, block)
+    return lambda: executor.execute(out)

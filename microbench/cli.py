@@ -87,7 +87,7 @@ def _predict(args, rest: list[str]) -> int:
 def _fit(args) -> int:
     import yaml  # noqa: PLC0415
 
-    from microbench.fit import describe, fit  # noqa: PLC0415
+    from microbench.fit import describe, describe_composition, fit  # noqa: PLC0415
     from microbench.records import read_jsonl  # noqa: PLC0415
     from sim.calibration import calibration_to_dict, load_calibration  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415
@@ -101,6 +101,8 @@ def _fit(args) -> int:
               grid=not args.no_grid)
     for f in cal.kernels.values():
         print("  " + describe(f))
+    if cal.composition is not None:
+        print("  " + describe_composition(cal.composition))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(f"# kvsim calibration, schema 2, fitted by microbench fit from {Path(args.measurements).name}.\n"
                    + yaml.safe_dump(calibration_to_dict(cal), sort_keys=False, width=120))

@@ -12,12 +12,14 @@ and a 10 ms timing weigh alike and a few noisy timings do not pull the fit.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 
 import numpy as np
 
 from sim.calibration import Calibration, CalibrationSource
+from sim.composition import ATTENTION_PARTS, Composition, forward_batch, forward_model
 from sim.errors import ConfigError
 from sim.kernel_models import KERNELS, GridRow, KernelFit, features, grid_key, roofline_s
 
@@ -150,6 +152,77 @@ def fit_kernel(kernel: str, records: list[dict], *, folds: int = 5, grid: bool =
                      cv_folds=used, grid=build_grid(kernel, records) if grid else ())
 
 
+def kernel_parts(cal: Calibration, rec: dict) -> dict[str, float]:
+    """The kernel terms (sim.cost_fitted.fitted_step_parts, no composition) of a forward record."""
+    from sim.cost_fitted import build_fitted_step, fitted_step_parts  # noqa: PLC0415
+    from sim.kernel_models import DTYPE_BYTES  # noqa: PLC0415
+    from sim.model import KVDtype  # noqa: PLC0415
+
+    fs = build_fitted_step(forward_model(rec), dataclasses.replace(cal, composition=None),
+                           KVDtype(rec["dtype"]), DTYPE_BYTES[rec["dtype"]])
+    return fitted_step_parts(fs, **forward_batch(rec))
+
+
+def kernel_sum_s(cal: Calibration, rec: dict) -> float:
+    """The composed kernel models' time (no composition) of a forward record."""
+    return sum(kernel_parts(cal, rec).values())
+
+
+def _solve_composition(cols: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Non-negative coefficients of ``cols`` [records, terms] minimizing the relative error;
+    a term that is zero on every record keeps the first term's coefficient (the main scale)."""
+    from scipy.optimize import nnls  # noqa: PLC0415
+
+    used = np.flatnonzero(np.any(cols != 0, axis=0))
+    x = np.zeros(cols.shape[1])
+    x[used], _ = nnls(cols[:, used] / t[:, None], np.ones_like(t))
+    x[0] = max(x[0], 1e-6)
+    for j in (1, 2):  # the attention scales
+        if j not in used or x[j] <= 0:
+            x[j] = x[0]
+    return x
+
+
+def fit_composition(records: list[dict], cal: Calibration, folds: int = 5, seed: int = 0) -> Composition:
+    """The correction from ``cal``'s kernel terms to the measured steps of ``records``
+    (``kernel: forward``; sim/composition.py), cross-validated by k-fold over records."""
+    cols, raw = [], []
+    for r in records:
+        parts = kernel_parts(cal, r)
+        attn = [parts.get(k, 0.0) for k in ATTENTION_PARTS]
+        raw.append(sum(parts.values()))
+        cols.append([raw[-1] - sum(attn), *attn, float(r["num_layers"]), 1.0])
+    cols, raw = np.array(cols), np.array(raw)
+    t = np.array([r["time_s"] for r in records], dtype=float)
+    x = _solve_composition(cols, t)
+    err = lambda x_, idx: np.abs(cols[idx] @ x_ / t[idx] - 1.0)  # noqa: E731
+    folds = min(folds, len(records))
+    cv = None
+    if folds >= 2 and len(records) >= 6:
+        order = np.random.default_rng(seed).permutation(len(records))
+        errors = []
+        for f in range(folds):
+            test = order[f::folds]
+            train = np.setdiff1d(order, test)
+            errors.extend(err(_solve_composition(cols[train], t[train]), test))
+        cv = float(np.mean(errors))
+    else:
+        folds = 0
+    return Composition(scale=float(x[0]), decode_attention_scale=float(x[1]), prefill_attention_scale=float(x[2]),
+                       per_layer_s=float(x[3]), per_step_s=float(x[4]),
+                       raw_mape=float(np.mean(np.abs(raw / t - 1.0))), cv_mape=cv,
+                       train_mape=float(np.mean(err(x, np.arange(len(t))))), cv_folds=folds,
+                       num_records=len(records))
+
+
+def describe_composition(c: Composition) -> str:
+    cv = "-" if c.cv_mape is None else f"{c.cv_mape:.1%}"
+    return (f"{'composition':<18}  step = {c.scale:.3f} x kernels + {c.decode_attention_scale:.3f} x decode attn + "
+            f"{c.prefill_attention_scale:.3f} x prefill attn + {c.per_layer_s * 1e6:.1f} us/layer + "
+            f"{c.per_step_s * 1e6:.1f} us  kernel-sum MAPE {c.raw_mape:.1%} -> cv MAPE {cv} "
+            f"({c.cv_folds} folds, {c.num_records} steps)")
+
+
 def _scalar(fits: dict[str, KernelFit], kernel: str, param: str, default: float | None) -> float | None:
     fit = fits.get(kernel)
     v = fit.params[param] if fit is not None else None
@@ -196,7 +269,7 @@ def fit(records: list[dict], *, device: dict | None = None, base: Calibration | 
     provenance["fit"] = ", ".join(f"{k}: cv MAPE {f.cv_mape:.1%}" if f.cv_mape is not None else f"{k}: no cv"
                                   for k, f in fits.items())
     gemm_half = _scalar(fits, "gemm", "x_half", base.compute_m_half_tokens if base else 0.0)
-    return Calibration(
+    cal = Calibration(
         name=name or device.get("name") or (base.name + "-measured" if base else "measured"),
         source=CalibrationSource.MEASURED,
         gpu_name=device.get("gpu_name") or (base.gpu_name if base else "unknown"),
@@ -205,6 +278,15 @@ def fit(records: list[dict], *, device: dict | None = None, base: Calibration | 
         compute_m_half_tokens=gemm_half, pcie_bandwidth_bytes_per_s=need["pcie_bandwidth_bytes_per_s"],
         kernel_launch_s=need["kernel_launch_s"], step_overhead_s=need["step_overhead_s"],
         provenance=provenance, schema=2, kernels=fits)
+    steps = by_kernel.get("forward", [])
+    if steps and "gemm" in fits:  # the kernel sum needs a fitted GEMM (else cost.py's roofline applies)
+        if progress is not None:
+            progress("forward")
+        comp = fit_composition(steps, cal, folds=folds)
+        cv = "no cv" if comp.cv_mape is None else f"cv MAPE {comp.cv_mape:.1%}"
+        provenance["fit"] += f", composition: kernel-sum MAPE {comp.raw_mape:.1%}, corrected {cv}"
+        cal = dataclasses.replace(cal, composition=comp, provenance=provenance)
+    return cal
 
 
 def describe(fit_: KernelFit) -> str:

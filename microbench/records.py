@@ -4,7 +4,8 @@ Schema (documented in README.md, "Calibrations"):
 
 - measurement records: ``{"kernel": "gemm", "m": 128, "n": 4096, "k": 4096, "dtype": "bf16",
   "time_s": 1.2e-05, ...}``: ``kernel`` (a name in sim.kernel_models.KERNELS), that kernel's
-  shape fields, ``time_s`` (median seconds of one launch, > 0); optional ``p20_s``,
+  shape fields, ``time_s`` (median seconds of one launch, > 0); ``kernel: forward`` records
+  time a whole engine step instead (fields: sim.composition.FORWARD_FIELDS); optional ``p20_s``,
   ``p80_s``, ``repeats``, ``impl`` and ``source`` (kept, not used by the fit).
 - at most one device record, usually first: ``{"record": "device", "name": ..., "gpu_name":
   ..., "memory_bytes": ..., "provenance": {...}}``; it lets ``microbench fit`` write a whole
@@ -20,6 +21,7 @@ import json
 import math
 from pathlib import Path
 
+from sim.composition import FORWARD_FIELDS
 from sim.errors import ConfigError
 from sim.kernel_models import DTYPE_BYTES, KERNELS
 
@@ -31,12 +33,16 @@ def check_record(rec, *, file: str, where: str) -> Record:
     if not isinstance(rec, dict):
         raise ConfigError(file, where, "expected a JSON object")
     kernel = rec.get("kernel")
-    if kernel not in KERNELS:
-        raise ConfigError(file, f"{where}.kernel", f"got {kernel!r}; allowed: {', '.join(KERNELS)}")
+    if kernel not in KERNELS and kernel != "forward":
+        raise ConfigError(file, f"{where}.kernel", f"got {kernel!r}; allowed: {', '.join(KERNELS)}, forward")
     t = rec.get("time_s")
     if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
         raise ConfigError(file, f"{where}.time_s", f"expected seconds > 0, got {t!r}")
-    for name in KERNELS[kernel].fields:
+    fields = FORWARD_FIELDS if kernel == "forward" else KERNELS[kernel].fields
+    if kernel == "forward" and not isinstance(rec.get("tie_word_embeddings", False), bool):
+        raise ConfigError(file, f"{where}.tie_word_embeddings",
+                          f"expected true or false, got {rec['tie_word_embeddings']!r}")
+    for name in fields:
         v = rec.get(name)
         if name == "dtype":
             if v not in DTYPE_BYTES:

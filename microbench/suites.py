@@ -4,7 +4,9 @@ GEMMs run on each model's weight shapes (QKV, O, gate/up, down, lm_head; from
 sim.model.linear_ops) over token counts; attention on the models' head layouts over
 batch sizes, context and prompt lengths; plus KV writes, RMSNorm, a layer's other
 elementwise work (RoPE, activation, residual adds: dense models), copies (device,
-host<->device pinned and pageable, 64 KiB to 1 GiB) and the per-step work. The grids are
+host<->device pinned and pageable, 64 KiB to 1 GiB), the per-step work, and whole
+engine steps of each dense model cut to a few layers (sim.composition: how the kernels
+compose). The grids are
 smaller on the CPU (the torch reference paths are slow) and with ``--quick``.
 """
 
@@ -26,6 +28,10 @@ class SuiteGrid:
     copy_bytes: tuple[int, ...]
     host_copy_bytes: tuple[int, ...]
     step_seqs: tuple[int, ...]
+    # whole engine steps (sim.composition): (decode_seqs, decode_context, prefill_seqs,
+    # prefill_query, prefill_context), each at every layer count
+    forward: tuple[tuple[int, int, int, int, int], ...] = ()
+    forward_layers: tuple[int, ...] = ()
 
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -40,27 +46,55 @@ GRIDS = {
         tokens=(1, 16, 128, 1024, 8192, 32768),
         copy_bytes=(64 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, GiB),
         host_copy_bytes=(64 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, GiB),
-        step_seqs=(1, 8, 64, 256)),
+        step_seqs=(1, 8, 64, 256),
+        forward=((1, 512, 0, 0, 0), (8, 1024, 0, 0, 0), (32, 2048, 0, 0, 0), (64, 512, 0, 0, 0),
+                 (128, 1024, 0, 0, 0), (256, 2048, 0, 0, 0), (0, 0, 1, 128, 0), (0, 0, 1, 512, 0),
+                 (0, 0, 1, 2048, 0), (0, 0, 1, 512, 2048), (0, 0, 4, 512, 0), (32, 1024, 1, 512, 0),
+                 (128, 512, 1, 256, 1024)),
+        forward_layers=(1, 4)),
     ("cuda", True): SuiteGrid(
         gemm_m=(1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192), gemv_m=(1, 8, 32), lm_head=True,
         decode=((1, 512), (1, 8192), (16, 2048), (64, 4096), (256, 1024)),
         prefill=((1, 64, 0), (1, 512, 0), (1, 2048, 0), (1, 512, 2048), (4, 1024, 0)),
         tokens=(1, 128, 4096), copy_bytes=(MiB, 16 * MiB, 256 * MiB),
-        host_copy_bytes=(MiB, 16 * MiB, 256 * MiB), step_seqs=(1, 64, 256)),
+        host_copy_bytes=(MiB, 16 * MiB, 256 * MiB), step_seqs=(1, 64, 256),
+        forward=((1, 512, 0, 0, 0), (32, 1024, 0, 0, 0), (128, 512, 0, 0, 0), (0, 0, 1, 512, 0),
+                 (0, 0, 1, 2048, 0), (32, 1024, 1, 512, 0)),
+        forward_layers=(1, 2)),
     ("cpu", False): SuiteGrid(
         gemm_m=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), gemv_m=(), lm_head=True,
         decode=tuple((b, c) for b in (1, 4, 16, 64) for c in (64, 256, 1024, 4096) if b * c <= 1 << 16),
         prefill=tuple((n, q, c) for n in (1, 4) for q in (16, 64, 256, 512) for c in (0, 512) if n * (q + c) <= 2048),
         tokens=(1, 16, 128, 1024, 4096), copy_bytes=(64 * KiB, MiB, 16 * MiB, 64 * MiB, 256 * MiB),
-        host_copy_bytes=(64 * KiB, MiB, 16 * MiB, 64 * MiB, 256 * MiB), step_seqs=(1, 8, 64)),
+        host_copy_bytes=(64 * KiB, MiB, 16 * MiB, 64 * MiB, 256 * MiB), step_seqs=(1, 8, 64),
+        forward=((1, 64, 0, 0, 0), (1, 512, 0, 0, 0), (2, 128, 0, 0, 0), (4, 256, 0, 0, 0), (8, 64, 0, 0, 0),
+                 (16, 128, 0, 0, 0), (16, 512, 0, 0, 0), (0, 0, 1, 16, 0), (0, 0, 1, 128, 0), (0, 0, 1, 512, 0),
+                 (0, 0, 1, 128, 384), (0, 0, 2, 64, 0), (4, 128, 1, 64, 0), (8, 256, 1, 32, 256)),
+        forward_layers=(2, 4)),
     ("cpu", True): SuiteGrid(
         gemm_m=(1, 4, 16, 64, 256), gemv_m=(), lm_head=False,
         decode=((1, 256), (1, 2048), (4, 1024), (16, 256), (16, 1024)),
         prefill=((1, 32, 0), (1, 128, 0), (1, 256, 256), (2, 64, 128), (1, 512, 0)),
         tokens=(1, 16, 256, 1024, 4096), copy_bytes=(64 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB),
-        host_copy_bytes=(64 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB), step_seqs=(1, 4, 16, 64)),
+        host_copy_bytes=(64 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB), step_seqs=(1, 4, 16, 64),
+        forward=((1, 256, 0, 0, 0), (8, 128, 0, 0, 0), (16, 512, 0, 0, 0), (0, 0, 1, 128, 0),
+                 (0, 0, 1, 256, 256), (4, 128, 1, 64, 0)),
+        forward_layers=(1, 2)),
 }
 DEFAULT_MODELS = {"cuda": ("llama-3-8b",), "cpu": ("qwen2.5-1.5b",)}
+
+
+def forward_cases(model: ModelSpec, g: SuiteGrid, dtype: str) -> list[tuple[str, dict]]:
+    """Whole engine steps of ``model`` truncated to each of ``g.forward_layers`` layers, the
+    biggest batch first (the case builds its KV pool once for a model's run of batches)."""
+    shape = dict(hidden_size=model.hidden_size, num_q_heads=model.num_attention_heads,
+                 num_kv_heads=model.num_kv_heads, head_dim=model.head_dim,
+                 intermediate_size=model.intermediate_size, vocab_size=model.vocab_size,
+                 tie_word_embeddings=model.tie_word_embeddings)
+    batches = sorted(g.forward, key=lambda b: -(b[0] * (b[1] + 1) + b[2] * (b[3] + b[4])))
+    return [("forward", dict(shape, num_layers=min(layers, model.num_layers), decode_seqs=nd, decode_context=cd,
+                             prefill_seqs=npf, prefill_query=q, prefill_context=cp, dtype=dtype))
+            for layers in g.forward_layers for nd, cd, npf, q, cp in batches]
 
 
 def cases(models: list[ModelSpec], device_type: str, quick: bool, dtype: str = "bf16") -> list[tuple[str, dict]]:
@@ -86,6 +120,8 @@ def cases(models: list[ModelSpec], device_type: str, quick: bool, dtype: str = "
             out += [("elementwise", dict(num_tokens=t, **heads, intermediate_size=model.intermediate_size,
                                          hidden_size=model.hidden_size, dtype=dtype)) for t in g.tokens]
         out += [("step", dict(num_seqs=n, vocab_size=model.vocab_size)) for n in g.step_seqs]
+        if not model.is_mla and not model.is_moe:
+            out += forward_cases(model, g, dtype)
     out += [("copy_d2d", dict(num_bytes=b)) for b in g.copy_bytes]
     pinned = (True, False) if device_type == "cuda" else (False,)
     for kernel in ("copy_h2d", "copy_d2h"):

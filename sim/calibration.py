@@ -25,6 +25,8 @@ Schema 2 (written by ``microbench fit``) adds an optional ``kernels:`` mapping o
 kernel models, ``{gemm: {params: {...}, cv_mape, grid: [...]}, decode_attention: ...}``
 (see sim/kernel_models.py); the scalar keys above then hold the fitted copy bandwidth,
 GEMM throughput, PCIe rate and overheads, so code that reads only them keeps working.
+It may also hold ``composition:``, the correction from the kernel sum to a measured
+engine step (sim/composition.py).
 Schema 1 files (the shipped datasheets) are read unchanged.
 """
 
@@ -37,6 +39,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from sim.composition import Composition, composition_from_dict
 from sim.errors import ConfigError
 from sim.kernel_models import KernelFit, features, kernel_fit_from_dict, roofline_s
 
@@ -69,6 +72,8 @@ class Calibration:
     schema: int = 1
     #: Fitted kernel models by kernel name (schema 2, measured calibrations); empty otherwise.
     kernels: dict[str, KernelFit] = field(default_factory=dict, hash=False, compare=False)
+    #: How kernel times compose into a measured engine step (schema 2; sim/composition.py).
+    composition: Composition | None = field(default=None, hash=False, compare=False)
 
     @property
     def measured_date(self) -> str | None:
@@ -173,7 +178,8 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
     allowed = {**_TOP_KEYS, "compute_efficiency": None, "provenance": None}
     if data.get("schema") == 2:
         allowed["kernels"] = None
-    _check_keys(data, allowed, set(allowed) - {"provenance", "kernels"}, file, "")
+        allowed["composition"] = None
+    _check_keys(data, allowed, set(allowed) - {"provenance", "kernels", "composition"}, file, "")
     v = {k: _check(data[k], kind, rule, file, k) for k, (kind, rule) in _TOP_KEYS.items()}
     if v["schema"] not in SUPPORTED_SCHEMAS:
         raise ConfigError(file, "schema", f"unsupported schema {v['schema']}; this kvsim reads "
@@ -202,6 +208,7 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
         kernel_launch_s=v["kernel_launch_s"], step_overhead_s=v["step_overhead_s"],
         provenance=provenance, schema=v["schema"],
         kernels={str(k): kernel_fit_from_dict(str(k), d, file=file) for k, d in kernels.items()},
+        composition=composition_from_dict(data["composition"], file=file) if data.get("composition") else None,
     )
 
 
@@ -256,4 +263,6 @@ def calibration_to_dict(cal: Calibration) -> dict:
     }
     if cal.kernels:
         out["kernels"] = {name: fit.to_dict() for name, fit in cal.kernels.items()}
+    if cal.composition is not None:
+        out["composition"] = cal.composition.to_dict()
     return out

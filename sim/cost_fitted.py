@@ -16,10 +16,14 @@ step's tokens and L the layers:
                                                             measured; else their traffic over the
                                                             copy bandwidth, 2 launches per layer
 
+and, when the calibration has a ``composition`` (sim/composition.py), the terms are
+scaled (attention apart from the rest) and ``L x per_layer_s + per_step_s`` added: the
+correction fitted on whole measured engine steps.
+
 Attention and the KV write use the fitted analytic form on the batch's aggregate bytes and
 FLOPs (a batch's ragged lengths match no measured shape), at saturated compute efficiency
-(attention tiles queries per sequence); the decode batch counts one item per sequence, a
-prefill step one. Every term is non-decreasing in each argument of ``step_time_s``.
+(attention tiles queries per sequence); an item is a decoding sequence or a prefill chunk
+(the CPU reference paths loop over them). Every term is non-decreasing in each argument of ``step_time_s``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import math
 from dataclasses import dataclass
 
 from sim.calibration import Calibration
+from sim.composition import Composition
 from sim.kernel_models import roofline_s
 from sim.model import KVDtype, ModelSpec, attn_flops_per_pair, kv_bytes_per_token, linear_ops, lm_head_op
 
@@ -61,6 +66,7 @@ class FittedStep:
     copy: dict
     elementwise: dict | None  # the measured per-layer elementwise work (dense models)
     other_measured_bytes_per_token: float  # what elementwise() does not cover: the embedding
+    composition: Composition | None = None  # kernel sum -> measured step (None: the sum as is)
 
 
 def build_fitted_step(model: ModelSpec, cal: Calibration, kv_dtype: KVDtype | str, weight_dtype_bytes: float,
@@ -92,43 +98,57 @@ def build_fitted_step(model: ModelSpec, cal: Calibration, kv_dtype: KVDtype | st
         q_bytes_per_token_layer=2 * q_heads_dim * weight_dtype_bytes, other_bytes_per_token=other,
         attn=cal.kernel_params("prefill_attention"), decode=cal.kernel_params("decode_attention"),
         kv_write=cal.kernel_params("kv_write"), copy=cal.kernel_params("copy_d2d"),
-        elementwise=elementwise, other_measured_bytes_per_token=h * weight_dtype_bytes)
+        elementwise=elementwise, other_measured_bytes_per_token=h * weight_dtype_bytes,
+        composition=cal.composition)
 
 
 def _gemm(fs: FittedStep, m: float, n: int, k: int) -> float:
     return fs.cal.predict("gemm", m=m, n=n, k=k, dtype=fs.dtype)
 
 
-def fitted_step_time_s(fs: FittedStep, *, num_seqs: int, num_prefill_tokens: int, num_decode_tokens: int,
-                       decode_kv_tokens: int, prefill_attn_pairs: float, prefill_kv_tokens: int) -> float:
-    """Seconds of one engine step (arguments as sim.cost.step_time_s); 0.0 without tokens."""
+def fitted_step_parts(fs: FittedStep, *, num_seqs: int, num_prefill_tokens: int, num_decode_tokens: int,
+                      decode_kv_tokens: int, prefill_attn_pairs: float, prefill_kv_tokens: int,
+                      num_prefill_seqs: int = 1) -> dict[str, float]:
+    """The kernel sum's terms, seconds by kernel (no composition); empty without tokens."""
     m = num_prefill_tokens + num_decode_tokens
     if m <= 0:
-        return 0.0
+        return {}
     cal, L = fs.cal, fs.num_layers
-    t = cal.predict("step", num_seqs=max(num_seqs, 1), vocab_size=fs.vocab_size)
-    for n, k, layers in fs.dense_ops:
-        t += layers * _gemm(fs, m, n, k)
+    parts = {"step": cal.predict("step", num_seqs=max(num_seqs, 1), vocab_size=fs.vocab_size)}
+    gemm = sum(layers * _gemm(fs, m, n, k) for n, k, layers in fs.dense_ops)
     for n, k, layers, num_experts, top_k in fs.expert_ops:
         touched = num_experts * (1.0 - (1.0 - top_k / num_experts) ** m)
-        t += layers * touched * _gemm(fs, max(1.0, m * top_k / touched), n, k)
+        gemm += layers * touched * _gemm(fs, max(1.0, m * top_k / touched), n, k)
     if num_seqs > 0:
-        t += _gemm(fs, num_seqs, *fs.lm_head)
-    t += L * 2 * cal.predict("rmsnorm", num_tokens=m, hidden_size=fs.hidden_size, dtype=fs.dtype)
-    t += L * roofline_s(fs.kv_write, 2.0 * m * fs.kv_bytes_per_token_layer, 0.0, 0.0, 1.0)
+        gemm += _gemm(fs, num_seqs, *fs.lm_head)
+    parts["gemm"] = gemm
+    parts["rmsnorm"] = L * 2 * cal.predict("rmsnorm", num_tokens=m, hidden_size=fs.hidden_size, dtype=fs.dtype)
+    parts["kv_write"] = L * roofline_s(fs.kv_write, 2.0 * m * fs.kv_bytes_per_token_layer, 0.0, 0.0, 1.0)
     if num_decode_tokens > 0:
         nbytes = decode_kv_tokens * fs.kv_bytes_per_token_layer + num_decode_tokens * fs.q_bytes_per_token_layer
         flops = decode_kv_tokens * fs.attn_flops_per_pair_layer
-        t += L * roofline_s(fs.decode, nbytes, flops, num_decode_tokens, math.inf)
+        parts["decode_attention"] = L * roofline_s(fs.decode, nbytes, flops, num_decode_tokens, math.inf)
     if num_prefill_tokens > 0:
         nbytes = prefill_kv_tokens * fs.kv_bytes_per_token_layer + num_prefill_tokens * fs.q_bytes_per_token_layer
         flops = prefill_attn_pairs * fs.attn_flops_per_pair_layer
-        t += L * roofline_s(fs.attn, nbytes, flops, 1.0, math.inf)
+        parts["prefill_attention"] = L * roofline_s(fs.attn, nbytes, flops, max(1, num_prefill_seqs), math.inf)
     copy_bw = fs.copy["bandwidth_bytes_per_s"]
     if fs.elementwise is not None:
-        t += L * cal.predict("elementwise", num_tokens=m, **fs.elementwise)
-        return t + m * fs.other_measured_bytes_per_token / copy_bw
-    return t + m * fs.other_bytes_per_token / copy_bw + 2 * L * fs.copy["overhead_s"]
+        parts["elementwise"] = (L * cal.predict("elementwise", num_tokens=m, **fs.elementwise)
+                                + m * fs.other_measured_bytes_per_token / copy_bw)
+    else:
+        parts["elementwise"] = m * fs.other_bytes_per_token / copy_bw + 2 * L * fs.copy["overhead_s"]
+    return parts
+
+
+def fitted_step_time_s(fs: FittedStep, **batch) -> float:
+    """Seconds of one engine step (arguments as sim.cost.step_time_s); 0.0 without tokens."""
+    parts = fitted_step_parts(fs, **batch)
+    if not parts:
+        return 0.0
+    if fs.composition is None:
+        return sum(parts.values())
+    return fs.composition.apply(parts, fs.num_layers)
 
 
 def fitted_swap_time_s(cal: Calibration, num_bytes: float) -> float:

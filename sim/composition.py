@@ -1,0 +1,143 @@
+"""How kernel times compose into a step: the correction measured on whole forward passes.
+
+Kernels timed one at a time, back to back, run faster than the same kernels inside an
+engine step: there each finds its code and weights evicted by the ops before it, and the
+host-side work between launches (packing the batch, RoPE tables, slicing, sampling) is
+only partly covered by the per-kernel models. Measured on the 2-core EPYC dev machine the
+plain sum of kernel models was 10-28% short of the validation engine's real steps, on
+every batch shape (benchmarks/RESULTS.md). On a GPU the same gap appears as
+launch-bound steps, where the host issuing ~20 launches per layer is slower than the
+kernels it issues.
+
+``microbench calibrate`` therefore also times the validation engine's whole step
+(``sim.validate``: pack the batch, forward, read the sampled ids back) on a grid of
+synthetic batches at two layer counts, and ``microbench fit`` fits
+
+    step_s = scale x (kernel sum but attention) + decode_attention_scale x decode attention
+             + prefill_attention_scale x prefill attention
+             + num_layers x per_layer_s + per_step_s
+
+(non-negative least squares on relative error) with the terms the kernel models of
+``sim.cost_fitted`` give (``fitted_step_parts``). Attention has scales of its own: its
+in-step cost departs from the kernel benchmark in its own way (on the dev CPU decode
+attention ran faster in a step than alone, prefill slower; the GEMMs in between evict
+different things). These numbers are the calibration's ``composition``; with none the
+kernel sum is used as is. Pure: no torch.
+
+A *forward record* (JSONL, ``kernel: forward``) carries the model's shape fields
+(``FORWARD_MODEL_FIELDS``), the batch (``FORWARD_BATCH_FIELDS``: ``decode_seqs`` sequences
+decoding one token after ``decode_context`` cached tokens each, ``prefill_seqs`` chunks of
+``prefill_query`` tokens after ``prefill_context`` cached) and ``time_s``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FORWARD_MODEL_FIELDS = ("hidden_size", "num_q_heads", "num_kv_heads", "head_dim", "intermediate_size",
+                        "vocab_size", "num_layers")
+FORWARD_BATCH_FIELDS = ("decode_seqs", "decode_context", "prefill_seqs", "prefill_query", "prefill_context")
+FORWARD_FIELDS = FORWARD_MODEL_FIELDS + FORWARD_BATCH_FIELDS + ("dtype",)
+
+
+ATTENTION_PARTS = ("decode_attention", "prefill_attention")
+
+
+@dataclass(frozen=True)
+class Composition:
+    """A step from its kernel terms (module docstring). An attention scale left None is ``scale``.
+
+    ``raw_mape``: the kernel sum's mean |error| on the forward records; ``cv_mape``: the
+    corrected model's on held-out records (k-fold); ``train_mape``: on all of them.
+    """
+
+    scale: float = 1.0
+    per_layer_s: float = 0.0
+    per_step_s: float = 0.0
+    decode_attention_scale: float | None = None
+    prefill_attention_scale: float | None = None
+    raw_mape: float | None = None
+    cv_mape: float | None = None
+    train_mape: float | None = None
+    cv_folds: int = 0
+    num_records: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("decode_attention_scale", "prefill_attention_scale"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, self.scale)
+
+    def scales(self) -> dict[str, float]:
+        """Scale of each kernel term: the attention ones by name, every other term ``scale``."""
+        return {"decode_attention": self.decode_attention_scale, "prefill_attention": self.prefill_attention_scale}
+
+    def apply(self, parts: dict[str, float], num_layers: int) -> float:
+        """Seconds of a step whose kernel terms (sim.cost_fitted.fitted_step_parts) are ``parts``."""
+        scales = self.scales()
+        t = sum(v * scales.get(k, self.scale) for k, v in parts.items())
+        return t + num_layers * self.per_layer_s + self.per_step_s
+
+    def to_dict(self) -> dict:
+        out = {"scale": float(f"{self.scale:.6g}"),
+               "decode_attention_scale": float(f"{self.decode_attention_scale:.6g}"),
+               "prefill_attention_scale": float(f"{self.prefill_attention_scale:.6g}"),
+               "per_layer_s": float(f"{self.per_layer_s:.6g}"), "per_step_s": float(f"{self.per_step_s:.6g}")}
+        for key in ("raw_mape", "cv_mape", "train_mape"):
+            if getattr(self, key) is not None:
+                out[key] = float(f"{getattr(self, key):.6g}")
+        out.update(cv_folds=int(self.cv_folds), num_records=int(self.num_records))
+        return out
+
+
+def forward_model(rec: dict):
+    """The ModelSpec of a forward record (dense Llama layout, as the validation engine runs)."""
+    from sim.model import ModelSpec  # noqa: PLC0415
+
+    return ModelSpec(name="forward", num_layers=int(rec["num_layers"]), hidden_size=int(rec["hidden_size"]),
+                     num_attention_heads=int(rec["num_q_heads"]), num_kv_heads=int(rec["num_kv_heads"]),
+                     head_dim=int(rec["head_dim"]), intermediate_size=int(rec["intermediate_size"]),
+                     vocab_size=int(rec["vocab_size"]), tie_word_embeddings=bool(rec.get("tie_word_embeddings")))
+
+
+def forward_batch(rec: dict) -> dict:
+    """The cost model's step arguments (sim.cost.step_time_s) for a forward record's batch."""
+    nd, cd = int(rec["decode_seqs"]), int(rec["decode_context"])
+    npf, q, cp = int(rec["prefill_seqs"]), int(rec["prefill_query"]), int(rec["prefill_context"])
+    return dict(num_seqs=nd + npf, num_prefill_tokens=npf * q, num_decode_tokens=nd,
+                decode_kv_tokens=nd * (cd + 1), prefill_attn_pairs=npf * q * (cp + (q + 1) / 2),
+                prefill_kv_tokens=npf * (cp + q), num_prefill_seqs=npf)
+
+
+# key -> rule: "non-negative" numbers, "positive" scale, counts
+_KEYS = {"scale": "positive", "decode_attention_scale": "positive", "prefill_attention_scale": "positive",
+         "per_layer_s": "non-negative", "per_step_s": "non-negative",
+         "raw_mape": "non-negative", "cv_mape": "non-negative", "train_mape": "non-negative",
+         "cv_folds": "count", "num_records": "count"}
+
+
+def composition_from_dict(data, *, file: str) -> Composition:
+    """Validate a calibration's ``composition:`` mapping (ConfigError names the key)."""
+    import math  # noqa: PLC0415
+
+    from sim.errors import ConfigError  # noqa: PLC0415
+
+    if not isinstance(data, dict):
+        raise ConfigError(file, "composition", "expected a mapping with scale, per_layer_s, per_step_s")
+    for key in data:
+        if key not in _KEYS:
+            raise ConfigError(file, f"composition.{key}", f"unknown key; allowed: {', '.join(_KEYS)}")
+    for key in ("scale", "per_layer_s", "per_step_s"):
+        if key not in data:
+            raise ConfigError(file, f"composition.{key}", "required key missing")
+    values = {}
+    for key, value in data.items():
+        if value is None and key.endswith("mape"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(file, f"composition.{key}", f"expected a number, got {value!r}")
+        rule = _KEYS[key]
+        if (rule == "positive" and value <= 0) or value < 0:
+            raise ConfigError(file, f"composition.{key}",
+                              f"must be {'> 0' if rule == 'positive' else '>= 0'}, got {value}")
+        values[key] = int(value) if rule == "count" else float(value)
+    return Composition(**values)
