@@ -143,6 +143,10 @@ def _print(result: dict, out_dir: Path) -> None:
         console.print(f"lockstep: {lock['num_steps']} steps, step-time MAPE {lock['mape']:.1%}, "
                       f"bias {_pct(lock['bias'])}, same decisions as the simulator: "
                       f"{lock['same_decisions_as_simulator']}", highlight=False)
+        if "kernel_sum" in lock:
+            console.print(f"  (the kernel sum without the calibration's composition: MAPE "
+                          f"{lock['kernel_sum']['mape']:.1%}, bias {_pct(lock['kernel_sum']['bias'])})",
+                          highlight=False)
     ol = result.get("open_loop")
     if ol:
         t = Table(title="open loop: simulator against real engine (relative error)")

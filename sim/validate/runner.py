@@ -14,6 +14,7 @@ the allocator manages.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import time
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ class StepSample:
     num_decode_tokens: int
     decode_kv_tokens: int
     batch: tuple  # ((request_id, num_new_tokens), ...): the decision, for comparisons
+    kernel_sum_s: float | None = None  # the prediction without the calibration's composition
 
 
 @dataclass
@@ -63,10 +65,19 @@ def make_model(sc: Scenario, device: torch.device) -> TinyLlama:
                      device=device, dtype=TORCH_DTYPES[sc.engine.weight_dtype], seed=sc.seed)
 
 
+def kernel_sum_cost(cost):
+    """``cost`` without its calibration's composition (sim/composition.py), or None if it has none."""
+    if cost.fitted is None or cost.fitted.composition is None:
+        return None
+    return dataclasses.replace(cost, fitted=dataclasses.replace(cost.fitted, composition=None))
+
+
 def _sample(cost, out: SchedulerOutput, measured: float) -> StepSample:
+    raw = kernel_sum_cost(cost)
     return StepSample(predicted_step_s(cost, out), measured, out.num_seqs, out.num_prefill_tokens,
                       out.num_decode_tokens, out.decode_kv_tokens,
-                      tuple((r.request_id, n) for r, n in out.scheduled))
+                      tuple((r.request_id, n) for r, n in out.scheduled),
+                      None if raw is None else predicted_step_s(raw, out))
 
 
 def run_lockstep(sc: Scenario, device: torch.device, model: TinyLlama | None = None):
