@@ -63,6 +63,8 @@ class CostModel:
     fixed_step_s: float  # step_overhead_s + non-GEMM and attention launches
     pcie_bandwidth_bytes_per_s: float
     fitted: FittedStep | None = None  # set for calibrations with fitted kernel models
+    device_copy_bytes_per_s: float = float("inf")  # achieved device memory bandwidth (staging copies)
+    kernel_launch_s: float = 0.0
 
 
 def elementwise_bytes_per_token(model: ModelSpec, act_bytes: float, kv_bytes: float) -> float:
@@ -115,6 +117,7 @@ def build_cost_model(model: ModelSpec, calibration: Calibration, kv_dtype: KVDty
         elementwise_s_per_token=elementwise_bytes_per_token(model, weight_dtype_bytes, kv_bytes) / bw,
         fixed_step_s=cal.step_overhead_s + kernels * launch,
         pcie_bandwidth_bytes_per_s=cal.pcie_bandwidth_bytes_per_s,
+        device_copy_bytes_per_s=cal.effective_bandwidth_bytes_per_s, kernel_launch_s=cal.kernel_launch_s,
         fitted=build_fitted_step(model, cal, kv_dtype, weight_dtype_bytes, quant_group_size=quant_group_size)
         if "gemm" in cal.kernels else None,
     )
@@ -181,6 +184,17 @@ def decode_step_time_s(cm: CostModel, *, batch_size: int, context_tokens: int) -
 #: the calibration has no measured copy overhead. Engines swap KV block by block, per
 #: layer, for K and V: small blocks mean many copies (the PagedAttention paper's Fig. 19).
 PCIE_COPY_LATENCY_S = 10e-6
+
+
+def staging_time_s(cm: CostModel, num_bytes: float, num_launches: int = 1) -> float:
+    """Seconds to pack (or unpack) ``num_bytes`` of KV blocks on the device, in
+    ``num_launches`` gather/scatter kernels: a device-to-device copy of those bytes."""
+    if num_bytes <= 0:
+        return 0.0
+    launches = max(1, num_launches)
+    if cm.fitted is not None:
+        return launches * cm.fitted.cal.predict("copy_d2d", num_bytes=num_bytes / launches)
+    return 2.0 * num_bytes / cm.device_copy_bytes_per_s + launches * cm.kernel_launch_s
 
 
 def swap_time_s(cm: CostModel, num_bytes: float, num_copies: int = 1) -> float:

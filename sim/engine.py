@@ -18,7 +18,7 @@ from typing import Callable
 
 import simpy
 
-from sim.cost import step_time_s, swap_time_s
+from sim.cost import staging_time_s, step_time_s, swap_time_s
 from sim.kv.swap import SwapSpace
 from sim.memory import MemoryPlan
 from sim.metrics import StepLog
@@ -64,10 +64,18 @@ def predicted_step_s(cost, out: SchedulerOutput) -> float:
         num_prefill_seqs=out.num_seqs - out.num_decode_tokens - out.decode_padding_seqs)
 
 
+def predicted_transfer_s(cost, out: SchedulerOutput) -> float:
+    """The cost model's time for a batch's swaps: the PCIe copies, plus the device-side
+    packing of gathered swaps (sim.kv.swap.SwapTransfer)."""
+    return (swap_time_s(cost, out.swap_out_bytes + out.swap_in_bytes, out.swap_copies)
+            + staging_time_s(cost, out.swap_staged_bytes, out.swap_staging_launches))
+
+
 class Simulation:
     """One run of one scenario. ``run()`` returns a :class:`SimResult`.
 
     ``step_hook(out)``, if given, is called with every batch before the clock advances
+    (and with a batch that only swaps requests out)
     (``sim validate`` runs the same batch on the real model there, in lockstep).
     """
 
@@ -122,16 +130,17 @@ class Simulation:
                 # Nothing ran. A preemption freed memory (after its swap-out, if any): try
                 # again at once. Otherwise nothing can run until something arrives.
                 if out.swap_out_bytes:
-                    yield from self._transfer(out.swap_out_bytes, out.swap_copies)
+                    if self.step_hook is not None:
+                        self.step_hook(out)  # a real engine copies the victims' blocks out now
+                    yield from self._transfer(out)
                 if out.preempted:
                     continue
                 self._wakeup = env.event()
                 yield self._wakeup
                 continue
             start = env.now
-            swap_bytes = out.swap_out_bytes + out.swap_in_bytes
-            if swap_bytes:
-                yield from self._transfer(swap_bytes, out.swap_copies)
+            if out.swap_out_bytes or out.swap_in_bytes:
+                yield from self._transfer(out)
             if out.scheduled:
                 if self.step_hook is not None:
                     self.step_hook(out)
@@ -145,10 +154,10 @@ class Simulation:
             if self.progress is not None:
                 self.progress(env.now, len(sched.finished) + len(sched.rejected), len(self.requests))
 
-    def _transfer(self, num_bytes: int, num_copies: int):
+    def _transfer(self, out: SchedulerOutput):
         with self.link.request() as slot:
             yield slot
-            yield self.env.timeout(swap_time_s(self.cost, num_bytes, num_copies))
+            yield self.env.timeout(predicted_transfer_s(self.cost, out))
 
     def run(self) -> SimResult:
         t0 = time.perf_counter()

@@ -114,7 +114,8 @@ def build_parts(sc: Scenario) -> EngineParts:
     swap = SwapSpace(int(sc.kv.swap_space_gb * 2**30))
     preemptor = Preemptor(sc.scheduler.preemption, allocator, swap,
                           bytes_per_slot=plan.bytes_per_block / plan.block_size,
-                          copies_per_block=model.num_layers * (1 if model.is_mla else 2))
+                          copies_per_block=model.num_layers * (1 if model.is_mla else 2),
+                          transfer=sc.kv.swap_transfer)
     scheduler = make_scheduler(
         sc.scheduler.policy, allocator, preemptor,
         max_num_seqs=sc.scheduler.max_num_seqs,

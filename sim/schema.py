@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.kv import AllocatorKind
 from sim.kv.eviction import PrefixEviction
+from sim.kv.swap import SwapTransfer
 from sim.kv.token_budget import TokenBudget, TokenEviction
 from sim.sched import BatchingPolicy, WhenKVFull
 from sim.sched.preemption import PreemptionMode
@@ -230,6 +231,7 @@ class KVConfig(_Frozen):
     prefix_cache_eviction: _choice(PrefixEviction) = PrefixEviction.LRU
     token_eviction: TokenEvictionConfig = TokenEvictionConfig()
     swap_space_gb: Annotated[float, Field(ge=0)] = 4.0
+    swap_transfer: _choice(SwapTransfer) = SwapTransfer.PER_BLOCK
 
     @model_validator(mode="after")
     def _caching_needs_paged(self):

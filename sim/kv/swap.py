@@ -1,6 +1,24 @@
-"""The CPU swap space: ``swap_space_gb`` of pinned host memory for preempted KV."""
+"""The CPU swap space: ``swap_space_gb`` of pinned host memory for preempted KV, and how
+swapped blocks cross PCIe (``SwapTransfer``)."""
 
 from __future__ import annotations
+
+from enum import StrEnum
+
+
+class SwapTransfer(StrEnum):
+    """How a swapped request's KV blocks cross PCIe.
+
+    * ``per-block``: one copy per block, per layer, for K and V (vLLM v0's swap_blocks):
+      small blocks mean many small copies, each paying the copy's fixed cost.
+    * ``gathered``: a device kernel packs the request's blocks into one staging buffer
+      per layer for K and V (``kernels.gather_blocks``), then one copy each moves it;
+      swap-in is the reverse (``kernels.scatter_blocks``). Fewer, larger copies for one
+      extra device-memory pass.
+    """
+
+    PER_BLOCK = "per-block"
+    GATHERED = "gathered"
 
 
 class SwapSpace:

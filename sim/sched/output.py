@@ -35,7 +35,9 @@ class SchedulerOutput:
     swapped_in: list[Request] = field(default_factory=list)
     swap_out_bytes: int = 0
     swap_in_bytes: int = 0
-    swap_copies: int = 0  # separate host<->device copies (per block, per layer, K and V)
+    swap_copies: int = 0  # separate host<->device copies (per block or per gathered buffer, per layer, K and V)
+    swap_staged_bytes: int = 0  # gathered swaps: bytes packed/unpacked on the device around the copies
+    swap_staging_launches: int = 0  # gathered swaps: gather/scatter kernel launches
     rejected: list[Request] = field(default_factory=list)
     # Block ids each swapped-out request held (a real engine copies them out first).
     swapped_out_blocks: dict[int, list[int]] = field(default_factory=dict)

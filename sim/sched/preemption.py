@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from enum import StrEnum
 
-from sim.kv.swap import SwapSpace
+from sim.kv.swap import SwapSpace, SwapTransfer
 from sim.request import Request, RequestStatus
 from sim.sched.output import SchedulerOutput
 
@@ -27,9 +27,10 @@ class PreemptionMode(StrEnum):
 
 class Preemptor:
     def __init__(self, mode: PreemptionMode, allocator, swap: SwapSpace, bytes_per_slot: float,
-                 copies_per_block: int = 1) -> None:
+                 copies_per_block: int = 1, transfer: SwapTransfer = SwapTransfer.PER_BLOCK) -> None:
         self.mode = mode
         self.copies_per_block = copies_per_block  # engines copy each block per layer, K and V
+        self.gathered = transfer == SwapTransfer.GATHERED  # then one copy per layer, K and V
         self._swapped_blocks: dict[int, int] = {}  # request_id -> blocks it swapped out
         self.allocator = allocator
         self.swap = swap
@@ -56,7 +57,7 @@ class Preemptor:
                     out.swapped_out_blocks[req.request_id] = block_ids(req)
                     num_blocks = len(out.swapped_out_blocks[req.request_id])
                 self._swapped_blocks[req.request_id] = num_blocks
-                out.swap_copies += num_blocks * self.copies_per_block
+                self._count_copies(out, num_blocks, num_bytes)
                 self.allocator.free(req)
                 req.status = RequestStatus.SWAPPED
                 req.num_swaps += 1
@@ -74,13 +75,22 @@ class Preemptor:
         req.status = RequestStatus.WAITING
         waiting.appendleft(req)
 
+    def _count_copies(self, out: SchedulerOutput, num_blocks: int, num_bytes: int) -> None:
+        """The host<->device copies (and device staging) one request's swap takes."""
+        if self.gathered and num_blocks > 1:
+            out.swap_copies += self.copies_per_block
+            out.swap_staged_bytes += num_bytes
+            out.swap_staging_launches += self.copies_per_block
+        else:
+            out.swap_copies += num_blocks * self.copies_per_block
+
     def swap_in(self, req: Request, num_new_tokens: int, out: SchedulerOutput) -> bool:
         """Bring a swapped request back with room for ``num_new_tokens`` more tokens."""
         if not self.allocator.allocate_slots(req, num_new_tokens):
             return False
         num_bytes = self.swap.release(req.request_id)
         out.swap_in_bytes += num_bytes
-        out.swap_copies += self._swapped_blocks.pop(req.request_id) * self.copies_per_block
+        self._count_copies(out, self._swapped_blocks.pop(req.request_id), num_bytes)
         self.swap_in_bytes += num_bytes
         out.swapped_in.append(req)
         return True
