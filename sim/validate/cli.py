@@ -27,6 +27,8 @@ def add_validate_parser(sub) -> None:
     p.add_argument("--mode", choices=("both", "lockstep", "open-loop"), default="both")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE")
     p.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up run")
+    p.add_argument("--no-drift-check", action="store_true",
+                   help="skip re-timing a few of the calibration's whole steps before validating")
 
 
 def _check(sc) -> None:
@@ -90,10 +92,11 @@ def run_validate(args) -> int:
     model = runner.make_model(sc, device)
     if not args.no_warmup:
         runner.warm_up(sc, model)
+    drift = None if args.no_drift_check else _drift(sc, device)
     result: dict = {"scenario": sc.name, "device": str(device), "calibration": sim_result.calibration_name,
                     "calibration_source": sim_result.calibration_source, "model": sc.model,
                     "machine": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-                    "torch_threads": threads}
+                    "torch_threads": threads, "calibration_drift": drift}
     lock_samples, real_reqs = [], None
     if args.mode in ("both", "lockstep"):
         lock_result, lock_samples = runner.run_lockstep(sc, device, model)
@@ -118,12 +121,22 @@ def run_validate(args) -> int:
     return 0
 
 
+def _drift(sc, device) -> dict | None:
+    """How the calibration's recorded whole steps run now (sim/validate/drift.py)."""
+    from sim.calibration import calibration_file
+    from sim.parts import build_plan, relative_to_scenario
+    from sim.validate.drift import calibration_drift
+
+    model, cal, _ = build_plan(sc)
+    return calibration_drift(cal, calibration_file(relative_to_scenario(sc, sc.gpu)), device, model)
+
+
 def _batches(sc) -> list[tuple]:
     """The simulator's own decisions, step by step, for the lockstep comparison."""
     from sim.engine import Simulation
 
     batches: list[tuple] = []
-    sim = Simulation(sc, step_hook=lambda out: batches.append(
+    sim = Simulation(sc, step_hook=lambda out: out.scheduled and batches.append(
         tuple((r.request_id, n) for r, n in out.scheduled)))
     sim.run()
     return batches
@@ -138,6 +151,14 @@ def _print(result: dict, out_dir: Path) -> None:
     from rich.table import Table
 
     console = Console()
+    drift = result.get("calibration_drift")
+    if drift:
+        console.print(f"calibration check: {drift['num_steps']} of the calibration's recorded steps run at "
+                      f"{drift['ratio']:.2f}x their calibrated time now", highlight=False)
+        if abs(drift["ratio"] - 1) > 0.1:
+            console.print("  the machine has changed since it was calibrated: recalibrate "
+                          "(microbench calibrate) for a validation of the simulator, not of the drift",
+                          highlight=False)
     lock = result.get("lockstep")
     if lock and lock.get("num_steps"):
         console.print(f"lockstep: {lock['num_steps']} steps, step-time MAPE {lock['mape']:.1%}, "

@@ -18,6 +18,8 @@ import time
 import numpy as np
 import torch
 
+from kernels.reference import gather_blocks_ref, scatter_blocks_ref
+from sim.kv.swap import SwapTransfer
 from sim.request import Request
 from sim.sched.output import SchedulerOutput, is_decode
 from sim.validate.model import StepInputs, TinyLlama
@@ -38,34 +40,71 @@ def token_ids(req: Request, start: int, end: int, vocab_size: int) -> np.ndarray
 
 
 class StepExecutor:
-    def __init__(self, model: TinyLlama, allocator, block_size: int) -> None:
+    """Runs scheduler batches on ``model``; swaps move KV between its cache and host memory
+    as ``swap_transfer`` says (sim.kv.swap.SwapTransfer): block by block, per layer, K and
+    V, or packed by the block-copy kernels (``kernels.block_copy``: Triton on CUDA, the
+    torch references on the CPU) into one buffer per layer, K and V, moved in one copy."""
+
+    def __init__(self, model: TinyLlama, allocator, block_size: int,
+                 swap_transfer: SwapTransfer | str = SwapTransfer.PER_BLOCK) -> None:
         if not hasattr(allocator, "block_tables"):
             raise ValueError("the real engine needs a block-table allocator (kv.allocator: paged)")
         self.model = model
         self.allocator = allocator
         self.block_size = block_size
         self.device = model.device
-        self._host: dict[int, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}  # swapped KV
+        self.gathered = SwapTransfer(swap_transfer) == SwapTransfer.GATHERED
+        self._host: dict[int, list[torch.Tensor]] = {}  # swapped KV: K and V of every layer, on the host
         self.num_steps = 0
+        self.num_host_copies = 0  # host<->device copies made by swaps
+
+    def _caches(self) -> list[torch.Tensor]:
+        return [c for pair in zip(self.model.key_caches, self.model.value_caches) for c in pair]
 
     # -- swaps ---------------------------------------------------------------------------------
 
     def swap_out(self, req_id: int, block_ids: list[int]) -> None:
         """Copy a preempted request's blocks to host memory (before anyone reuses them)."""
-        idx = torch.tensor(block_ids, device=self.device, dtype=torch.long)
-        pin = self.device.type == "cuda"
-        keys = [kc[idx].to("cpu", non_blocking=pin) for kc in self.model.key_caches]
-        values = [vc[idx].to("cpu", non_blocking=pin) for vc in self.model.value_caches]
-        self._host[req_id] = (keys, values)
+        cuda = self.device.type == "cuda"
+        buffers = []
+        for cache in self._caches():
+            host = torch.empty((len(block_ids), *cache.shape[1:]), dtype=cache.dtype, pin_memory=cuda)
+            if self.gathered:
+                idx = torch.tensor(block_ids, device=self.device, dtype=torch.int32)
+                if cuda:
+                    from kernels import swap_out_blocks  # noqa: PLC0415
+
+                    swap_out_blocks(cache, idx, host)
+                else:
+                    host.copy_(gather_blocks_ref(cache, idx))
+                self.num_host_copies += 1
+            else:
+                for i, b in enumerate(block_ids):
+                    host[i].copy_(cache[b], non_blocking=cuda)
+                self.num_host_copies += len(block_ids)
+            buffers.append(host)
+        self._host[req_id] = buffers
 
     def swap_in(self, req: Request) -> None:
-        keys, values = self._host.pop(req.request_id)
-        n = keys[0].shape[0]
-        idx = torch.tensor(self.allocator.block_tables[req.request_id][:n], device=self.device,
-                           dtype=torch.long)
-        for kc, vc, k, v in zip(self.model.key_caches, self.model.value_caches, keys, values):
-            kc[idx] = k.to(self.device)
-            vc[idx] = v.to(self.device)
+        """Copy a swapped request's blocks back into the blocks it was given now."""
+        buffers = self._host.pop(req.request_id)
+        n = buffers[0].shape[0]
+        block_ids = self.allocator.block_tables[req.request_id][:n]
+        cuda = self.device.type == "cuda"
+        for cache, host in zip(self._caches(), buffers):
+            if self.gathered:
+                idx = torch.tensor(block_ids, device=self.device, dtype=torch.int32)
+                if cuda:
+                    from kernels import swap_in_blocks  # noqa: PLC0415
+
+                    swap_in_blocks(host, cache, idx)
+                else:
+                    scatter_blocks_ref(host.clone(), cache, idx)  # clone: the host-to-device copy
+                self.num_host_copies += 1
+            else:
+                for i, b in enumerate(block_ids):
+                    cache[b].copy_(host[i], non_blocking=cuda)
+                self.num_host_copies += n
 
     # -- packing -------------------------------------------------------------------------------
 

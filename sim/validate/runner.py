@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from sim.engine import Simulation, SimResult, predicted_step_s
+from sim.engine import Simulation, SimResult, predicted_step_s, predicted_transfer_s
 from sim.metrics import StepLog
 from sim.parts import SessionDriver, build_parts
 from sim.scenario import Scenario
@@ -73,11 +73,14 @@ def kernel_sum_cost(cost):
 
 
 def _sample(cost, out: SchedulerOutput, measured: float) -> StepSample:
+    """A step's prediction (its swaps' transfer, then compute, as the simulator's clock
+    advances) against its measured time (swaps, packing and forward)."""
     raw = kernel_sum_cost(cost)
-    return StepSample(predicted_step_s(cost, out), measured, out.num_seqs, out.num_prefill_tokens,
+    transfer = predicted_transfer_s(cost, out)
+    return StepSample(predicted_step_s(cost, out) + transfer, measured, out.num_seqs, out.num_prefill_tokens,
                       out.num_decode_tokens, out.decode_kv_tokens,
                       tuple((r.request_id, n) for r, n in out.scheduled),
-                      None if raw is None else predicted_step_s(raw, out))
+                      None if raw is None else predicted_step_s(raw, out) + transfer)
 
 
 def run_lockstep(sc: Scenario, device: torch.device, model: TinyLlama | None = None):
@@ -86,11 +89,13 @@ def run_lockstep(sc: Scenario, device: torch.device, model: TinyLlama | None = N
     holder: dict = {}
 
     def hook(out: SchedulerOutput) -> None:
-        samples.append(_sample(sim.cost, out, holder["executor"].execute(out)))
+        measured = holder["executor"].execute(out)
+        if out.scheduled:  # a swap-out-only batch is executed, not compared
+            samples.append(_sample(sim.cost, out, measured))
 
     sim = Simulation(sc, step_hook=hook)
     model = model or make_model(sc, device)
-    holder["executor"] = StepExecutor(model, sim.allocator, sc.kv.block_size)
+    holder["executor"] = StepExecutor(model, sim.allocator, sc.kv.block_size, sc.kv.swap_transfer)
     return sim.run(), samples
 
 
@@ -107,7 +112,7 @@ def run_open_loop(sc: Scenario, model: TinyLlama) -> RealRun:
     """Serve the scenario's workload for real, arrivals on the wall clock."""
     parts = build_parts(sc)
     sched, cost = parts.scheduler, parts.cost
-    executor = StepExecutor(model, parts.allocator, sc.kv.block_size)
+    executor = StepExecutor(model, parts.allocator, sc.kv.block_size, sc.kv.swap_transfer)
     driver = SessionDriver(sc, sched)
     steps = StepLog()
     run = RealRun(driver.requests, steps, 0.0, allocator=parts.allocator,
