@@ -224,6 +224,14 @@ def available_calibrations() -> list[str]:
     return sorted({p.stem for d in calibration_dirs() if d.is_dir() for p in d.glob("*.yaml")})
 
 
+def calibration_file(name_or_path: str) -> Path | None:
+    """The YAML file a calibration name or path refers to (see load_calibration), or None."""
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        return path
+    return next((p for p in (d / f"{name_or_path}.yaml" for d in calibration_dirs()) if p.is_file()), None)
+
+
 def load_calibration(name_or_path: str, *, source: str = "<cli>", key: str = "gpu") -> Calibration:
     """A calibration by name (``calibrations/<name>.yaml``, see calibration_dirs) or by path.
 
@@ -232,13 +240,10 @@ def load_calibration(name_or_path: str, *, source: str = "<cli>", key: str = "gp
     """
     import yaml  # noqa: PLC0415
 
-    path = Path(name_or_path).expanduser()
-    if not path.is_file():
-        found = [d / f"{name_or_path}.yaml" for d in calibration_dirs()]
-        path = next((p for p in found if p.is_file()), None)
-        if path is None:
-            raise ConfigError(source, key, f"unknown GPU calibration {name_or_path!r}; use one of: "
-                              f"{', '.join(available_calibrations())} or a path to a calibration YAML")
+    path = calibration_file(name_or_path)
+    if path is None:
+        raise ConfigError(source, key, f"unknown GPU calibration {name_or_path!r}; use one of: "
+                          f"{', '.join(available_calibrations())} or a path to a calibration YAML")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
