@@ -18,8 +18,7 @@ from pathlib import Path
 
 from microbench.cases import input_bytes, make_fns, release_models
 from microbench.suites import DEFAULT_MODELS, cases
-from microbench.timing import (cpu_cache_bytes, rotation_copies, time_cpu, time_cuda, time_host_copy_cuda,
-                               time_round_robin)
+from microbench.timing import cpu_cache_bytes, rotation_copies, time_cpu, time_cuda, time_host_copy_cuda
 
 
 def _version(dist: str) -> str:
@@ -65,13 +64,15 @@ def device_record(torch, device, argv: list[str]) -> dict:
         name, memory = props.name, int(props.total_memory)
         prov.update(cuda=str(torch.version.cuda), driver=_driver(), sm_count=str(props.multi_processor_count),
                     timing="triton.testing.do_bench median (L2 flushed, inputs rotated over > 2x L2); "
-                           "host copies: CUDA events, median of 20")
+                           "host copies: CUDA events, median of 20; whole steps: perf_counter, synchronized, "
+                           "back to back")
     else:
         name = f"CPU {_cpu_name()}"
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         prov.update(cuda="none", driver="none", torch_threads=str(torch.get_num_threads()),
                     cpu_count=str(os.cpu_count()),
-                    timing="time.perf_counter around each call, median; inputs rotated over > 2x LLC",
+                    timing="time.perf_counter around each call, median; inputs rotated over > 2x LLC; "
+                           "whole steps back to back",
                     host_copies="host memcpy (no PCIe on a CPU device)",
                     kernels="torch reference paths (kernels.reference); KV write as index_copy_")
     prov["device"] = name
@@ -83,14 +84,6 @@ def device_record(torch, device, argv: list[str]) -> dict:
 def _record(kernel: str, shape: dict, t) -> dict:
     return {"kernel": kernel, **shape, "time_s": t.median_s, "p20_s": t.p20_s, "p80_s": t.p80_s,
             "repeats": t.repeats, "source": "microbench"}
-
-
-def _same_model(case: tuple[str, dict], first: tuple[str, dict]) -> bool:
-    """Is ``case`` a forward case on ``first``'s model (all fields but the batch's)?"""
-    from sim.composition import FORWARD_BATCH_FIELDS  # noqa: PLC0415
-
-    strip = lambda s: {k: v for k, v in s.items() if k not in FORWARD_BATCH_FIELDS}  # noqa: E731
-    return case[0] == "forward" and strip(case[1]) == strip(first[1])
 
 
 def run_sweep(torch, device, todo: list[tuple[str, dict]], *, quick: bool, show_progress: bool = True) -> list[dict]:
@@ -106,27 +99,14 @@ def run_sweep(torch, device, todo: list[tuple[str, dict]], *, quick: bool, show_
                TimeElapsedColumn())
     with Progress(*columns, console=Console(stderr=True), transient=True, disable=not show_progress) as bar:
         task = bar.add_task("sweep", total=len(todo), what="")
-        i = 0
-        while i < len(todo):
-            kernel, shape = todo[i]
-            if kernel == "forward":  # one model's whole steps, timed in turns
-                group = [todo[i]]
-                while i + len(group) < len(todo) and _same_model(todo[i + len(group)], todo[i]):
-                    group.append(todo[i + len(group)])
-                bar.update(task, what=f"forward steps x{len(group)} hidden={shape['hidden_size']} "
-                                      f"layers={shape['num_layers']}")
-                fns = [make_fns(k, s, device)[0] for k, s in group]
-                timings = time_round_robin(fns, min_time_s=0.02 if quick else 0.05, min_repeats=3 if quick else 5)
-                records += [_record(k, s, t) for (k, s), t in zip(group, timings)]
-                del fns
-                bar.advance(task, len(group))
-                i += len(group)
-                continue
+        for kernel, shape in todo:
             bar.update(task, what=f"{kernel} {' '.join(f'{k}={v}' for k, v in shape.items())}")
             host = kernel in ("copy_h2d", "copy_d2h")
-            copies = 1 if host else rotation_copies(input_bytes(kernel, shape), cache)
+            copies = 1 if host or kernel == "forward" else rotation_copies(input_bytes(kernel, shape), cache)
             fns = make_fns(kernel, shape, device, copies)
-            if cuda:
+            if kernel == "forward":  # a whole step, on the wall clock as the validation engine times it (it syncs)
+                t = time_cpu(fns, min_time_s=0.02 if quick else 0.05, min_repeats=3 if quick else 5, warmup=2)
+            elif cuda:
                 t = time_host_copy_cuda(fns) if host else time_cuda(fns, rep_ms=40 if quick else 100)
             else:
                 t = time_cpu(fns, min_time_s=0.01 if quick else 0.05, min_repeats=5 if quick else 9,
@@ -134,7 +114,6 @@ def run_sweep(torch, device, todo: list[tuple[str, dict]], *, quick: bool, show_
             records.append(_record(kernel, shape, t))
             del fns
             bar.advance(task)
-            i += 1
     release_models()
     return records
 

@@ -4,7 +4,7 @@ GEMMs run on each model's weight shapes (QKV, O, gate/up, down, lm_head; from
 sim.model.linear_ops) over token counts; attention on the models' head layouts over
 batch sizes, context and prompt lengths; plus KV writes, RMSNorm, a layer's other
 elementwise work (RoPE, activation, residual adds: dense models), copies (device,
-host<->device pinned and pageable, 64 KiB to 1 GiB), the per-step work, and whole
+host<->device pinned and pageable, 4 KiB to 1 GiB: a KV block per layer is a few KiB), the per-step work, and whole
 engine steps of each dense model cut to a few layers (sim.composition: how the kernels
 compose). The grids are
 smaller on the CPU (the torch reference paths are slow) and with ``--quick``.
@@ -44,8 +44,8 @@ GRIDS = {
         prefill=tuple((n, q, c) for n in (1, 4) for q in (16, 64, 256, 1024, 4096) for c in (0, 1024, 4096)
                       if n * (q + c) <= 16384),
         tokens=(1, 16, 128, 1024, 8192, 32768),
-        copy_bytes=(64 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, GiB),
-        host_copy_bytes=(64 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, GiB),
+        copy_bytes=(4 * KiB, 64 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, GiB),
+        host_copy_bytes=(4 * KiB, 64 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, GiB),
         step_seqs=(1, 8, 64, 256),
         forward=((1, 512, 0, 0, 0), (8, 1024, 0, 0, 0), (32, 2048, 0, 0, 0), (64, 512, 0, 0, 0),
                  (128, 1024, 0, 0, 0), (256, 2048, 0, 0, 0), (0, 0, 1, 128, 0), (0, 0, 1, 512, 0),
@@ -56,8 +56,8 @@ GRIDS = {
         gemm_m=(1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192), gemv_m=(1, 8, 32), lm_head=True,
         decode=((1, 512), (1, 8192), (16, 2048), (64, 4096), (256, 1024)),
         prefill=((1, 64, 0), (1, 512, 0), (1, 2048, 0), (1, 512, 2048), (4, 1024, 0)),
-        tokens=(1, 128, 4096), copy_bytes=(MiB, 16 * MiB, 256 * MiB),
-        host_copy_bytes=(MiB, 16 * MiB, 256 * MiB), step_seqs=(1, 64, 256),
+        tokens=(1, 128, 4096), copy_bytes=(4 * KiB, MiB, 16 * MiB, 256 * MiB),
+        host_copy_bytes=(4 * KiB, MiB, 16 * MiB, 256 * MiB), step_seqs=(1, 64, 256),
         forward=((1, 512, 0, 0, 0), (32, 1024, 0, 0, 0), (128, 512, 0, 0, 0), (0, 0, 1, 512, 0),
                  (0, 0, 1, 2048, 0), (32, 1024, 1, 512, 0)),
         forward_layers=(1, 2)),
@@ -65,8 +65,8 @@ GRIDS = {
         gemm_m=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), gemv_m=(), lm_head=True,
         decode=tuple((b, c) for b in (1, 4, 16, 64) for c in (64, 256, 1024, 4096) if b * c <= 1 << 16),
         prefill=tuple((n, q, c) for n in (1, 4) for q in (16, 64, 256, 512) for c in (0, 512) if n * (q + c) <= 2048),
-        tokens=(1, 16, 128, 1024, 4096), copy_bytes=(64 * KiB, MiB, 16 * MiB, 64 * MiB, 256 * MiB),
-        host_copy_bytes=(64 * KiB, MiB, 16 * MiB, 64 * MiB, 256 * MiB), step_seqs=(1, 8, 64),
+        tokens=(1, 16, 128, 1024, 4096), copy_bytes=(4 * KiB, 64 * KiB, MiB, 16 * MiB, 64 * MiB, 256 * MiB),
+        host_copy_bytes=(4 * KiB, 64 * KiB, MiB, 16 * MiB, 64 * MiB, 256 * MiB), step_seqs=(1, 8, 64),
         forward=((1, 64, 0, 0, 0), (1, 512, 0, 0, 0), (2, 128, 0, 0, 0), (4, 256, 0, 0, 0), (8, 64, 0, 0, 0),
                  (16, 128, 0, 0, 0), (16, 512, 0, 0, 0), (0, 0, 1, 16, 0), (0, 0, 1, 128, 0), (0, 0, 1, 512, 0),
                  (0, 0, 1, 128, 384), (0, 0, 2, 64, 0), (4, 128, 1, 64, 0), (8, 256, 1, 32, 256)),
@@ -75,8 +75,8 @@ GRIDS = {
         gemm_m=(1, 4, 16, 64, 256), gemv_m=(), lm_head=False,
         decode=((1, 256), (1, 2048), (4, 1024), (16, 256), (16, 1024)),
         prefill=((1, 32, 0), (1, 128, 0), (1, 256, 256), (2, 64, 128), (1, 512, 0)),
-        tokens=(1, 16, 256, 1024, 4096), copy_bytes=(64 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB),
-        host_copy_bytes=(64 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB), step_seqs=(1, 4, 16, 64),
+        tokens=(1, 16, 256, 1024, 4096), copy_bytes=(4 * KiB, 64 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB),
+        host_copy_bytes=(4 * KiB, 64 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB), step_seqs=(1, 4, 16, 64),
         forward=((1, 256, 0, 0, 0), (8, 128, 0, 0, 0), (16, 512, 0, 0, 0), (0, 0, 1, 128, 0),
                  (0, 0, 1, 256, 256), (4, 128, 1, 64, 0)),
         forward_layers=(1, 2)),

@@ -155,20 +155,10 @@ def test_forward_records_are_validated() -> None:
     assert err.value.key == "line 4.tie_word_embeddings"
 
 
-# -- measuring: the forward case and the round-robin timer (CPU, a tiny model) ----------------
+# -- measuring: the forward case in a sweep (CPU, a tiny model) ----------------
 
 TINY = dict(hidden_size=64, num_q_heads=4, num_kv_heads=2, head_dim=16, intermediate_size=128, vocab_size=256,
             tie_word_embeddings=False, dtype="bf16")
-
-
-def test_round_robin_times_each_callable_in_turns() -> None:
-    from microbench.timing import time_round_robin
-
-    calls: list[int] = []
-    fns = [lambda i=i: calls.append(i) for i in range(3)]
-    timings = time_round_robin(fns, warmup=1, min_repeats=4, min_time_s=0.0)
-    assert len(timings) == 3 and all(t.repeats == 4 for t in timings)
-    assert calls[:6] == [0, 1, 2, 0, 1, 2] and len(calls) == 15
 
 
 def test_forward_case_runs_one_engine_step() -> None:
@@ -183,7 +173,7 @@ def test_forward_case_runs_one_engine_step() -> None:
     release_models()
 
 
-def test_sweep_times_one_models_steps_together_and_fits() -> None:
+def test_sweep_times_whole_steps_and_fits() -> None:
     torch = pytest.importorskip("torch")
     from microbench.calibrate import run_sweep
     from microbench.suites import GRIDS, forward_cases
