@@ -19,7 +19,8 @@ MAX_STEP_S = 0.1  # re-time only steps that were short: the check stays a few se
 
 def reference_steps(jsonl: Path, device_type: str, model=None, max_steps: int = MAX_STEPS) -> list[dict]:
     """Up to ``max_steps`` forward records of ``jsonl`` measured on ``device_type``, spread
-    over their durations (at most MAX_STEP_S each); those of ``model``'s shape if any."""
+    over their durations (at most MAX_STEP_S each); those of ``model``'s shape if any, else
+    those of the smallest model (its weights are the quickest to build)."""
     from microbench.records import read_jsonl  # noqa: PLC0415
 
     records, device = read_jsonl(jsonl)
@@ -31,7 +32,8 @@ def reference_steps(jsonl: Path, device_type: str, model=None, max_steps: int = 
     if model is not None:
         same = [r for r in steps if (r["hidden_size"], r["num_q_heads"], r["num_kv_heads"], r["intermediate_size"])
                 == (model.hidden_size, model.num_attention_heads, model.num_kv_heads, model.intermediate_size)]
-        steps = same or steps
+        smallest = min((r["hidden_size"] for r in steps), default=0)
+        steps = same or [r for r in steps if r["hidden_size"] == smallest]  # else the cheapest model's
     if len(steps) <= max_steps:
         return steps
     return [steps[round(i * (len(steps) - 1) / (max_steps - 1))] for i in range(max_steps)]
