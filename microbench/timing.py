@@ -15,7 +15,7 @@ twice the last-level cache (L2 on a GPU, L3 on a CPU), no launch finds its input
   model's weights are the working set), ``time.perf_counter`` around each step, which
   synchronizes as the validation engine's does. Steps timed back to back matched the
   engine's lockstep steps better than steps timed in turns with other batches (MAPE 3.0%
-  against 6.8% over the same 1,530 steps on the dev CPU): an engine's batch changes
+  against 6.8% over the same 1,433 steps on the dev CPU): an engine's batch changes
   little from one step to the next.
 """
 
