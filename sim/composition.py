@@ -3,11 +3,11 @@
 Kernels timed one at a time, back to back, run faster than the same kernels inside an
 engine step: there each finds its code and weights evicted by the ops before it, and the
 host-side work between launches (packing the batch, RoPE tables, slicing, sampling) is
-only partly covered by the per-kernel models. Measured on the 2-core EPYC dev machine the
-plain sum of kernel models was 10-28% short of the validation engine's real steps, on
-every batch shape (benchmarks/RESULTS.md). On a GPU the same gap appears as
-launch-bound steps, where the host issuing ~20 launches per layer is slower than the
-kernels it issues.
+only partly covered by the per-kernel models. On the 2-core EPYC dev machine the plain
+sum of kernel models misses the validation engine's measured steps by 5.6% on average
+(up to 34% on small decode batches) and the correction brings that to 3.4% on held-out
+steps (benchmarks/RESULTS.md). On a GPU the host's launch overhead (~20 launches per
+layer) should show up the same way where steps are launch-bound; not yet measured.
 
 ``microbench calibrate`` therefore also times the validation engine's whole step
 (``sim.validate``: pack the batch, forward, read the sampled ids back) on a grid of
