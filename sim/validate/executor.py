@@ -22,7 +22,7 @@ from kernels.reference import gather_blocks_ref, scatter_blocks_ref
 from sim.kv.swap import SwapTransfer
 from sim.request import Request
 from sim.sched.output import SchedulerOutput, is_decode
-from sim.validate.model import StepInputs, TinyLlama
+from sim.validate.model import StepInputs, TinyLlama, TritonBackend
 
 
 def token_ids(req: Request, start: int, end: int, vocab_size: int) -> np.ndarray:
@@ -54,6 +54,7 @@ class StepExecutor:
         self.block_size = block_size
         self.device = model.device
         self.gathered = SwapTransfer(swap_transfer) == SwapTransfer.GATHERED
+        self.kernels = isinstance(model.backend, TritonBackend)  # block copies by the Triton kernels
         self._host: dict[int, list[torch.Tensor]] = {}  # swapped KV: K and V of every layer, on the host
         self.num_steps = 0
         self.num_host_copies = 0  # host<->device copies made by swaps
@@ -71,7 +72,7 @@ class StepExecutor:
             host = torch.empty((len(block_ids), *cache.shape[1:]), dtype=cache.dtype, pin_memory=cuda)
             if self.gathered:
                 idx = torch.tensor(block_ids, device=self.device, dtype=torch.int32)
-                if cuda:
+                if self.kernels:
                     from kernels import swap_out_blocks  # noqa: PLC0415
 
                     swap_out_blocks(cache, idx, host)
@@ -94,7 +95,7 @@ class StepExecutor:
         for cache, host in zip(self._caches(), buffers):
             if self.gathered:
                 idx = torch.tensor(block_ids, device=self.device, dtype=torch.int32)
-                if cuda:
+                if self.kernels:
                     from kernels import swap_in_blocks  # noqa: PLC0415
 
                     swap_in_blocks(host, cache, idx)

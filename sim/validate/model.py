@@ -46,8 +46,14 @@ class TritonBackend:
         self.write_kv = write_kv_cache
 
 
-def make_backend(device: torch.device):
-    return TritonBackend() if device.type == "cuda" else CpuBackend()
+def make_backend(device: torch.device, kind: str | None = None):
+    """``kind``: "triton", "reference" or None (Triton on CUDA, the references on the CPU;
+    Triton on CPU tensors needs TRITON_INTERPRET=1, as the tests run it)."""
+    if kind is None:
+        kind = "triton" if device.type == "cuda" else "reference"
+    if kind not in ("triton", "reference"):
+        raise ValueError(f"backend: got {kind!r}; allowed: triton, reference")
+    return TritonBackend() if kind == "triton" else CpuBackend()
 
 
 @dataclass
@@ -107,10 +113,11 @@ class TinyLlama:
     [num_blocks, block_size, num_kv_heads, head_dim] per layer."""
 
     def __init__(self, spec: ModelSpec, *, num_blocks: int, block_size: int,
-                 device: torch.device, dtype: torch.dtype, seed: int = 0) -> None:
+                 device: torch.device, dtype: torch.dtype, seed: int = 0, backend: str | None = None) -> None:
         if spec.is_mla or spec.num_experts:
             raise ValueError(f"the validation model is dense Llama-style; {spec.name} is not")
         self.spec, self.device, self.dtype = spec, device, dtype
+        self.backend = make_backend(device, backend)
         gen = torch.Generator(device=device).manual_seed(seed)  # drawn where they live: 8B weights are fast on a GPU
         h, hq, hkv, d = spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads, spec.head_dim
         self.num_q_heads, self.num_kv_heads, self.head_dim = hq, hkv, d
@@ -131,7 +138,6 @@ class TinyLlama:
         cache_shape = (num_blocks, block_size, hkv, d)
         self.key_caches = [torch.zeros(cache_shape, device=device, dtype=dtype) for _ in self.layers]
         self.value_caches = [torch.zeros(cache_shape, device=device, dtype=dtype) for _ in self.layers]
-        self.backend = make_backend(device)
 
     def attention(self, layer: int, q, k, v, inp: StepInputs) -> torch.Tensor:
         """Write this step's K/V into the paged cache, then attend. q [T, Hq, D] -> same."""
