@@ -21,6 +21,10 @@ def _steps_figure(samples) -> go.Figure:
                         subplot_titles=("step time over the run", "predicted against measured"))
     fig.add_trace(go.Scatter(x=x, y=meas, name="measured", mode="lines"), 1, 1)
     fig.add_trace(go.Scatter(x=x, y=pred, name="predicted (cost model)", mode="lines"), 1, 1)
+    if samples and all(s.kernel_sum_s is not None for s in samples):
+        raw = np.array([s.kernel_sum_s for s in samples]) * 1e3
+        fig.add_trace(go.Scatter(x=x, y=raw, name="kernel sum (no composition)", mode="lines",
+                                 line={"dash": "dot"}, visible="legendonly"), 1, 1)
     fig.add_trace(go.Scatter(x=meas, y=pred, mode="markers", name="steps", marker={"size": 4},
                              text=[f"{s.num_seqs} seqs, {s.num_prefill_tokens} prefill, "
                                    f"{s.num_decode_tokens} decode tokens" for s in samples]), 1, 2)
@@ -51,6 +55,33 @@ def _cdf_figure(real_requests, sim_requests) -> go.Figure:
     return fig
 
 
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:+.1%}"
+
+
+def _headline(result: dict) -> str:
+    """The key numbers as a short list above the plots."""
+    items = []
+    drift = result.get("calibration_drift")
+    if drift:
+        items.append(f"calibration check: {drift['num_steps']} recorded steps run at {drift['ratio']:.2f}x their "
+                     "calibrated time" + (" (recalibrate: the machine has changed)" if abs(drift["ratio"] - 1) > 0.1
+                                          else ""))
+    lock = result.get("lockstep") or {}
+    if lock.get("num_steps"):
+        line = (f"lockstep: {lock['num_steps']} steps, MAPE {lock['mape']:.1%}, bias {_pct(lock['bias'])}, "
+                f"same decisions as the simulator: {lock['same_decisions_as_simulator']}")
+        if "kernel_sum" in lock:
+            line += f" (kernel sum alone: MAPE {lock['kernel_sum']['mape']:.1%}, bias {_pct(lock['kernel_sum']['bias'])})"
+        items.append(line)
+    ol = result.get("open_loop")
+    if ol:
+        items.append("open loop p50: " + ", ".join(f"{m[:-2].upper()} {_pct(ol[m]['p50']['rel_error'])}"
+                                                   for m in ("ttft_s", "tpot_s", "e2e_s"))
+                     + f"; throughput {_pct(ol['requests_per_s']['rel_error'])}")
+    return "<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in items) + "</ul>" if items else ""
+
+
 def render_validation(result: dict, lockstep_samples, real_requests, sim_requests) -> str:
     figs = []
     if lockstep_samples:
@@ -63,5 +94,6 @@ def render_validation(result: dict, lockstep_samples, real_requests, sim_request
             "<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1300px}</style>"
             f"</head><body><h1>kvsim validation: {html.escape(result['scenario'])}</h1>"
             f"<p>device {html.escape(result['device'])}, calibration "
-            f"{html.escape(result['calibration'])}</p>{body}<h2>Errors</h2><pre>"
+            f"{html.escape(result['calibration'])} (errors: (simulated - real) / real)</p>{_headline(result)}"
+            f"{body}<h2>Errors</h2><pre>"
             + html.escape(json.dumps(result, indent=2)) + "</pre></body></html>")
