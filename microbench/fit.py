@@ -168,7 +168,7 @@ def kernel_sum_s(cal: Calibration, rec: dict) -> float:
     return sum(kernel_parts(cal, rec).values())
 
 
-def _solve_composition(cols: np.ndarray, t: np.ndarray) -> np.ndarray:
+def _solve_sum(cols: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Non-negative coefficients of ``cols`` [records, terms] minimizing the relative error;
     a term that is zero on every record keeps the first term's coefficient (the main scale)."""
     from scipy.optimize import nnls  # noqa: PLC0415
@@ -176,6 +176,10 @@ def _solve_composition(cols: np.ndarray, t: np.ndarray) -> np.ndarray:
     used = np.flatnonzero(np.any(cols != 0, axis=0))
     x = np.zeros(cols.shape[1])
     x[used], _ = nnls(cols[:, used] / t[:, None], np.ones_like(t))
+    return _fill_scales(x, used)
+
+
+def _fill_scales(x: np.ndarray, used) -> np.ndarray:
     x[0] = max(x[0], 1e-6)
     for j in (1, 2):  # the attention scales
         if j not in used or x[j] <= 0:
@@ -183,9 +187,38 @@ def _solve_composition(cols: np.ndarray, t: np.ndarray) -> np.ndarray:
     return x
 
 
+def _predict_overlap(x: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """cols [kernels but attention, decode attention, prefill attention, layers, 1]."""
+    return x[4] * cols[:, 4] + np.maximum(cols[:, :3] @ x[:3], x[3] * cols[:, 3])
+
+
+def _solve_overlap(cols: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Non-negative (scales, per_layer_s, per_step_s) of the overlap form, least relative error."""
+    from scipy.optimize import least_squares  # noqa: PLC0415
+
+    used = np.flatnonzero(np.any(cols != 0, axis=0))
+    start = _solve_sum(cols, t)
+    best = None
+    for per_layer in (start[3], 0.9 * float(np.min(t / np.maximum(cols[:, 3], 1.0)))):  # kernel- or launch-bound
+        x0 = np.maximum(np.r_[start[:3], per_layer, start[4]], 1e-12)
+        res = least_squares(lambda x: _predict_overlap(x, cols) / t - 1.0, x0, bounds=(0.0, np.inf))
+        if best is None or res.cost < best.cost:
+            best = res
+    return _fill_scales(best.x.copy(), used)
+
+
+def _predict_sum(x: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    return cols @ x
+
+
+#: ``overlap`` replaces ``sum`` only when its held-out error is this much lower (absolute)
+OVERLAP_MARGIN = 0.005
+
+
 def fit_composition(records: list[dict], cal: Calibration, folds: int = 5, seed: int = 0) -> Composition:
     """The correction from ``cal``'s kernel terms to the measured steps of ``records``
-    (``kernel: forward``; sim/composition.py), cross-validated by k-fold over records."""
+    (``kernel: forward``; sim/composition.py), cross-validated by k-fold over records;
+    the ``sum`` and ``overlap`` forms are both fitted, the better held-out one kept."""
     cols, raw = [], []
     for r in records:
         parts = kernel_parts(cal, r)
@@ -194,33 +227,44 @@ def fit_composition(records: list[dict], cal: Calibration, folds: int = 5, seed:
         cols.append([raw[-1] - sum(attn), *attn, float(r["num_layers"]), 1.0])
     cols, raw = np.array(cols), np.array(raw)
     t = np.array([r["time_s"] for r in records], dtype=float)
-    x = _solve_composition(cols, t)
-    err = lambda x_, idx: np.abs(cols[idx] @ x_ / t[idx] - 1.0)  # noqa: E731
+    forms = {"sum": (_solve_sum, _predict_sum), "overlap": (_solve_overlap, _predict_overlap)}
     folds = min(folds, len(records))
-    cv = None
-    if folds >= 2 and len(records) >= 6:
-        order = np.random.default_rng(seed).permutation(len(records))
-        errors = []
-        for f in range(folds):
-            test = order[f::folds]
-            train = np.setdiff1d(order, test)
-            errors.extend(err(_solve_composition(cols[train], t[train]), test))
-        cv = float(np.mean(errors))
-    else:
+    if not (folds >= 2 and len(records) >= 6):
         folds = 0
+    order = np.random.default_rng(seed).permutation(len(records))
+    fitted = {}
+    for form, (solve, predict) in forms.items():
+        err = lambda x_, idx: np.abs(predict(x_, cols[idx]) / t[idx] - 1.0)  # noqa: E731
+        x = solve(cols, t)
+        cv = None
+        if folds:
+            errors = []
+            for f in range(folds):
+                test = order[f::folds]
+                train = np.setdiff1d(order, test)
+                errors.extend(err(solve(cols[train], t[train]), test))
+            cv = float(np.mean(errors))
+        fitted[form] = (x, cv, float(np.mean(err(x, np.arange(len(t))))))
+    form = "sum"
+    (xs, cvs, _), (xo, cvo, _) = fitted["sum"], fitted["overlap"]
+    if cvs is not None and cvo is not None and cvo < cvs - OVERLAP_MARGIN:
+        form = "overlap"
+    x, cv, train = fitted[form]
     return Composition(scale=float(x[0]), decode_attention_scale=float(x[1]), prefill_attention_scale=float(x[2]),
-                       per_layer_s=float(x[3]), per_step_s=float(x[4]),
-                       raw_mape=float(np.mean(np.abs(raw / t - 1.0))), cv_mape=cv,
-                       train_mape=float(np.mean(err(x, np.arange(len(t))))), cv_folds=folds,
-                       num_records=len(records))
+                       per_layer_s=float(x[3]), per_step_s=float(x[4]), combine=form,
+                       raw_mape=float(np.mean(np.abs(raw / t - 1.0))), cv_mape=cv, train_mape=train,
+                       cv_folds=folds, num_records=len(records))
 
 
 def describe_composition(c: Composition) -> str:
     cv = "-" if c.cv_mape is None else f"{c.cv_mape:.1%}"
-    return (f"{'composition':<18}  step = {c.scale:.3f} x kernels + {c.decode_attention_scale:.3f} x decode attn + "
-            f"{c.prefill_attention_scale:.3f} x prefill attn + {c.per_layer_s * 1e6:.1f} us/layer + "
-            f"{c.per_step_s * 1e6:.1f} us  kernel-sum MAPE {c.raw_mape:.1%} -> cv MAPE {cv} "
-            f"({c.cv_folds} folds, {c.num_records} steps)")
+    kernels = (f"{c.scale:.3f} x kernels + {c.decode_attention_scale:.3f} x decode attn + "
+               f"{c.prefill_attention_scale:.3f} x prefill attn")
+    host = f"{c.per_layer_s * 1e6:.1f} us/layer"
+    body = (f"{kernels} + {host} + {c.per_step_s * 1e6:.1f} us" if c.combine == "sum"
+            else f"{c.per_step_s * 1e6:.1f} us + max({host}, {kernels})")
+    return (f"{'composition':<18}  step = {body}  kernel-sum MAPE {c.raw_mape:.1%} -> cv MAPE {cv} "
+            f"({c.combine} form; {c.cv_folds} folds, {c.num_records} steps)")
 
 
 def _scalar(fits: dict[str, KernelFit], kernel: str, param: str, default: float | None) -> float | None:

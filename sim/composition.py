@@ -18,7 +18,14 @@ synthetic batches at two layer counts, and ``microbench fit`` fits
              + num_layers x per_layer_s + per_step_s
 
 (non-negative least squares on relative error) with the terms the kernel models of
-``sim.cost_fitted`` give (``fitted_step_parts``). Attention has scales of its own: its
+``sim.cost_fitted`` give (``fitted_step_parts``). That is the ``sum`` form: the host and
+the device take turns, as on a CPU. Where the host issues work asynchronously (CUDA),
+its per-layer work overlaps the kernels it launched, and the ``overlap`` form fits
+
+    step_s = per_step_s + max(num_layers x per_layer_s, scaled kernel terms)
+
+(launch-bound small batches, kernel-bound large ones). The fit tries both and keeps the
+one with the smaller cross-validated error (``sum`` unless ``overlap`` is clearly better). Attention has scales of its own: its
 in-step cost departs from the kernel benchmark in its own way (on the dev CPU decode
 attention ran faster in a step than alone, prefill slower; the GEMMs in between evict
 different things). These numbers are the calibration's ``composition``; with none the
@@ -41,6 +48,7 @@ FORWARD_FIELDS = FORWARD_MODEL_FIELDS + FORWARD_BATCH_FIELDS + ("dtype",)
 
 
 ATTENTION_PARTS = ("decode_attention", "prefill_attention")
+COMBINE_FORMS = ("sum", "overlap")
 
 
 @dataclass(frozen=True)
@@ -61,8 +69,11 @@ class Composition:
     train_mape: float | None = None
     cv_folds: int = 0
     num_records: int = 0
+    combine: str = "sum"  # "sum" or "overlap" (module docstring)
 
     def __post_init__(self) -> None:
+        if self.combine not in COMBINE_FORMS:
+            raise ValueError(f"combine: got {self.combine!r}; allowed: {', '.join(COMBINE_FORMS)}")
         for name in ("decode_attention_scale", "prefill_attention_scale"):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, self.scale)
@@ -74,11 +85,14 @@ class Composition:
     def apply(self, parts: dict[str, float], num_layers: int) -> float:
         """Seconds of a step whose kernel terms (sim.cost_fitted.fitted_step_parts) are ``parts``."""
         scales = self.scales()
-        t = sum(v * scales.get(k, self.scale) for k, v in parts.items())
-        return t + num_layers * self.per_layer_s + self.per_step_s
+        device = sum(v * scales.get(k, self.scale) for k, v in parts.items())
+        host = num_layers * self.per_layer_s
+        if self.combine == "overlap":
+            return self.per_step_s + (device if device > host else host)
+        return device + host + self.per_step_s
 
     def to_dict(self) -> dict:
-        out = {"scale": float(f"{self.scale:.6g}"),
+        out = {"combine": self.combine, "scale": float(f"{self.scale:.6g}"),
                "decode_attention_scale": float(f"{self.decode_attention_scale:.6g}"),
                "prefill_attention_scale": float(f"{self.prefill_attention_scale:.6g}"),
                "per_layer_s": float(f"{self.per_layer_s:.6g}"), "per_step_s": float(f"{self.per_step_s:.6g}")}
@@ -109,7 +123,7 @@ def forward_batch(rec: dict) -> dict:
 
 
 # key -> rule: "non-negative" numbers, "positive" scale, counts
-_KEYS = {"scale": "positive", "decode_attention_scale": "positive", "prefill_attention_scale": "positive",
+_KEYS = {"combine": "form", "scale": "positive", "decode_attention_scale": "positive", "prefill_attention_scale": "positive",
          "per_layer_s": "non-negative", "per_step_s": "non-negative",
          "raw_mape": "non-negative", "cv_mape": "non-negative", "train_mape": "non-negative",
          "cv_folds": "count", "num_records": "count"}
@@ -132,6 +146,11 @@ def composition_from_dict(data, *, file: str) -> Composition:
     values = {}
     for key, value in data.items():
         if value is None and key.endswith("mape"):
+            continue
+        if key == "combine":
+            if value not in COMBINE_FORMS:
+                raise ConfigError(file, "composition.combine", f"got {value!r}; allowed: {', '.join(COMBINE_FORMS)}")
+            values[key] = value
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ConfigError(file, f"composition.{key}", f"expected a number, got {value!r}")

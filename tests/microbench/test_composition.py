@@ -57,6 +57,28 @@ def test_fit_recovers_separate_attention_scales() -> None:
     assert got.per_layer_s == pytest.approx(0.0, abs=1e-9) and got.per_step_s == pytest.approx(2e-4, rel=1e-4)
 
 
+def test_fit_recognizes_launch_bound_steps_overlapping_the_kernels() -> None:
+    """An asynchronous engine: per-layer host work overlaps the kernels; small batches are
+    launch-bound. The overlap form recovers it where the sum form cannot."""
+    cal = _cal()
+    truth = Composition(scale=1.1, per_layer_s=1.5e-3, per_step_s=2e-4, combine="overlap")
+    recs = _records(cal, truth)
+    bound = [truth.apply(kernel_parts(cal, r), r["num_layers"]) == pytest.approx(
+        r["num_layers"] * 1.5e-3 + 2e-4) for r in recs]
+    assert 0 < sum(bound) < len(recs)  # some steps launch-bound, some kernel-bound
+    got = fit_composition(recs, cal)
+    assert got.combine == "overlap" and got.cv_mape < 0.01
+    assert got.per_layer_s == pytest.approx(1.5e-3, rel=0.02) and got.scale == pytest.approx(1.1, rel=0.02)
+    for r in recs:
+        assert got.apply(kernel_parts(cal, r), r["num_layers"]) == pytest.approx(r["time_s"], rel=0.02)
+
+
+def test_the_sum_form_is_kept_when_the_forms_tie() -> None:
+    cal = _cal()
+    got = fit_composition(_records(cal, Composition(scale=1.3, per_step_s=1e-4)), cal)
+    assert got.combine == "sum"
+
+
 def test_an_attention_term_never_measured_keeps_the_main_scale() -> None:
     cal = _cal()
     decode_only = [r for r in _records(cal, Composition(scale=1.25)) if r["prefill_seqs"] == 0]
@@ -79,6 +101,14 @@ def test_kernel_sum_is_the_cost_model_of_the_records_model_and_batch() -> None:
     b = forward_batch(rec)
     assert b["num_seqs"] == 4 and b["num_decode_tokens"] == 3 and b["decode_kv_tokens"] == 303
     assert b["num_prefill_tokens"] == 50 and b["prefill_attn_pairs"] == 50 * (16 + 51 / 2)
+
+
+def test_overlap_form_takes_the_larger_of_host_and_device() -> None:
+    comp = Composition(scale=2.0, per_layer_s=1e-3, per_step_s=5e-4, combine="overlap")
+    assert comp.apply({"gemm": 1e-3}, 4) == pytest.approx(5e-4 + 4e-3)  # launch-bound
+    assert comp.apply({"gemm": 5e-3}, 4) == pytest.approx(5e-4 + 1e-2)  # kernel-bound
+    with pytest.raises(ValueError, match="combine"):
+        Composition(combine="max")
 
 
 def test_cost_model_applies_the_composition() -> None:
@@ -107,7 +137,8 @@ def test_cost_model_applies_the_composition() -> None:
 
 def test_calibration_yaml_keeps_the_composition(tmp_path) -> None:
     cal = dataclasses.replace(_cal(), composition=Composition(1.1, 2e-5, 3e-4, 0.9, 1.2, raw_mape=0.2, cv_mape=0.04,
-                                                              train_mape=0.03, cv_folds=5, num_records=40))
+                                                              train_mape=0.03, cv_folds=5, num_records=40,
+                                                              combine="overlap"))
     text = yaml.safe_dump(calibration_to_dict(cal))
     back = calibration_from_dict(yaml.safe_load(text), file="x.yaml")
     assert back.composition == cal.composition
@@ -117,7 +148,9 @@ def test_calibration_yaml_keeps_the_composition(tmp_path) -> None:
                                        ({"scale": 1, "per_layer_s": -1e-6, "per_step_s": 0}, "composition.per_layer_s"),
                                        ({"scale": 1, "per_layer_s": 0}, "composition.per_step_s"),
                                        ({"scale": 1, "per_layer_s": 0, "per_step_s": 0, "fudge": 2}, "composition.fudge"),
-                                       ({"scale": "big", "per_layer_s": 0, "per_step_s": 0}, "composition.scale")])
+                                       ({"scale": "big", "per_layer_s": 0, "per_step_s": 0}, "composition.scale"),
+                                       ({"scale": 1, "per_layer_s": 0, "per_step_s": 0, "combine": "max"},
+                                        "composition.combine")])
 def test_bad_composition_names_the_key(comp, key) -> None:
     data = calibration_to_dict(_cal())
     data["composition"] = comp
