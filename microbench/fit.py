@@ -246,7 +246,7 @@ def fit_composition(records: list[dict], cal: Calibration, folds: int = 5, seed:
             cv = float(np.mean(errors))
         fitted[form] = (x, cv, float(np.mean(err(x, np.arange(len(t))))))
     form = "sum"
-    (xs, cvs, _), (xo, cvo, _) = fitted["sum"], fitted["overlap"]
+    cvs, cvo = fitted["sum"][1], fitted["overlap"][1]
     if cvs is not None and cvo is not None and cvo < cvs - OVERLAP_MARGIN:
         form = "overlap"
     x, cv, train = fitted[form]

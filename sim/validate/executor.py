@@ -107,6 +107,13 @@ class StepExecutor:
                     cache[b].copy_(host[i], non_blocking=cuda)
                 self.num_host_copies += n
 
+    def swaps(self, out: SchedulerOutput) -> None:
+        """A batch's swap-outs, then its swap-ins."""
+        for req in out.swapped_out:
+            self.swap_out(req.request_id, out.swapped_out_blocks[req.request_id])
+        for req in out.swapped_in:
+            self.swap_in(req)
+
     # -- packing -------------------------------------------------------------------------------
 
     def pack(self, out: SchedulerOutput) -> StepInputs:
@@ -120,16 +127,31 @@ class StepExecutor:
         sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
         sync()
         t0 = time.perf_counter()
-        for req in out.swapped_out:
-            self.swap_out(req.request_id, out.swapped_out_blocks[req.request_id])
-        for req in out.swapped_in:
-            self.swap_in(req)
+        self.swaps(out)
         if out.scheduled:
             tokens = self.model.forward(self.pack(out))
             tokens.cpu()  # an engine reads the sampled tokens back: a synchronization
         sync()
         self.num_steps += 1
         return time.perf_counter() - t0
+
+
+def attention_mismatches(model: TinyLlama, out: SchedulerOutput, kept: list[torch.Tensor], *,
+                         rtol: float = 1e-4, atol: float = 1e-4) -> tuple[int, list[tuple[int, int]]]:
+    """Check a step's attention outputs (``model.forward(..., keep_attention=True)``) against
+    a dense recomputation of each scheduled sequence: (token rows checked, [(request_id,
+    layer) that differ]). Rows are packed prefill chunks first, then decodes."""
+    prefills = [(r, n) for r, n in out.scheduled if not is_decode(r, n)]
+    decodes = [(r, n) for r, n in out.scheduled if is_decode(r, n)]
+    row, bad = 0, []
+    for r, n in prefills + decodes:
+        c = r.num_computed_tokens
+        dense = model.dense_attention(token_ids(r, 0, c + n, model.spec.vocab_size).tolist())
+        for layer, got in enumerate(kept):
+            if not torch.allclose(got[row:row + n], dense[layer][c:c + n], rtol=rtol, atol=atol):
+                bad.append((r.request_id, layer))
+        row += n
+    return row, bad
 
 
 def pack_batch(out: SchedulerOutput, block_tables: dict[int, list[int]], block_size: int,

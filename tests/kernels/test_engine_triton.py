@@ -15,8 +15,7 @@ import torch
 
 from sim.engine import Simulation
 from sim.scenario import parse_scenario
-from sim.sched.output import is_decode
-from sim.validate.executor import StepExecutor, token_ids
+from sim.validate.executor import StepExecutor, attention_mismatches
 from sim.validate.model import TinyLlama, TritonBackend
 
 CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
@@ -44,25 +43,12 @@ def test_triton_engine_matches_dense_attention_through_swaps(tmp_path, transfer)
     state = {"steps": 0}
 
     def hook(out) -> None:
-        ex: StepExecutor = state["ex"]
-        for req in out.swapped_out:
-            ex.swap_out(req.request_id, out.swapped_out_blocks[req.request_id])
-        for req in out.swapped_in:
-            ex.swap_in(req)
-        if not out.scheduled:
-            return
-        _, kept = model.forward(ex.pack(out), keep_attention=True)
-        prefills = [(r, n) for r, n in out.scheduled if not is_decode(r, n)]
-        decodes = [(r, n) for r, n in out.scheduled if is_decode(r, n)]
-        row = 0
-        for r, n in prefills + decodes:
-            c = r.num_computed_tokens
-            dense = model.dense_attention(token_ids(r, 0, c + n, CONFIG["vocab_size"]).tolist())
-            for layer, got in enumerate(kept):
-                torch.testing.assert_close(got[row:row + n], dense[layer][c:c + n], rtol=1e-4, atol=1e-4,
-                                           msg=f"step {state['steps']}, request {r.request_id}, layer {layer}")
-            row += n
-        state["steps"] += 1
+        state["ex"].swaps(out)
+        if out.scheduled:
+            _, kept = model.forward(state["ex"].pack(out), keep_attention=True)
+            rows, bad = attention_mismatches(model, out, kept)
+            assert rows == out.num_tokens and bad == [], f"step {state['steps']}: {bad}"
+            state["steps"] += 1
 
     sim = Simulation(sc, step_hook=hook)
     model = TinyLlama(sim.model, num_blocks=sim.plan.num_gpu_blocks, block_size=16, device=torch.device("cpu"),

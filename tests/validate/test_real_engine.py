@@ -12,8 +12,7 @@ torch = pytest.importorskip("torch")
 from sim.cli import main  # noqa: E402
 from sim.engine import Simulation  # noqa: E402
 from sim.scenario import parse_scenario  # noqa: E402
-from sim.sched.output import is_decode  # noqa: E402
-from sim.validate.executor import StepExecutor, token_ids  # noqa: E402
+from sim.validate.executor import StepExecutor, attention_mismatches  # noqa: E402
 from sim.validate.model import TinyLlama  # noqa: E402
 
 
@@ -44,10 +43,7 @@ def checked_run(data: dict, corrupt: bool = False) -> tuple[int, int]:
 
     def hook(out) -> None:
         ex: StepExecutor = holder["ex"]
-        for req in out.swapped_out:
-            ex.swap_out(req.request_id, out.swapped_out_blocks[req.request_id])
-        for req in out.swapped_in:
-            ex.swap_in(req)
+        ex.swaps(out)
         if not out.scheduled:  # a batch that only swapped requests out
             return
         inp = ex.pack(out)
@@ -55,19 +51,11 @@ def checked_run(data: dict, corrupt: bool = False) -> tuple[int, int]:
             tables = inp.decode_block_tables if inp.decode_block_tables.numel() else inp.prefill_block_tables
             tables[0, 0] = (tables[0, 0] + 1) % model.key_caches[0].shape[0]
         _, kept = model.forward(inp, keep_attention=True)
-        prefills = [(r, n) for r, n in out.scheduled if not is_decode(r, n)]
-        decodes = [(r, n) for r, n in out.scheduled if (r, n) not in prefills]
-        row = 0
-        for r, n in prefills + decodes:
-            c = r.num_computed_tokens
-            dense = model.dense_attention(token_ids(r, 0, c + n, model.spec.vocab_size).tolist())
-            for layer in range(len(kept)):
-                ok = torch.allclose(kept[layer][row:row + n], dense[layer][c:c + n], rtol=1e-4, atol=1e-4)
-                holder["mismatch"] |= not ok
-                if not corrupt:
-                    assert ok, f"step {holder['steps']}, request {r.request_id}, layer {layer}"
-            row += n
-            holder["rows"] += n
+        rows, bad = attention_mismatches(model, out, kept)
+        holder["mismatch"] |= bool(bad)
+        if not corrupt:
+            assert not bad, f"step {holder['steps']}: (request, layer) {bad}"
+        holder["rows"] += rows
         holder["steps"] += 1
 
     sim = Simulation(sc, step_hook=hook)
