@@ -215,10 +215,13 @@ def _predict_sum(x: np.ndarray, cols: np.ndarray) -> np.ndarray:
 OVERLAP_MARGIN = 0.005
 
 
-def fit_composition(records: list[dict], cal: Calibration, folds: int = 5, seed: int = 0) -> Composition:
+def fit_composition(records: list[dict], cal: Calibration, folds: int = 5, seed: int = 0,
+                    forms: tuple[str, ...] = ("sum", "overlap")) -> Composition:
     """The correction from ``cal``'s kernel terms to the measured steps of ``records``
-    (``kernel: forward``; sim/composition.py), cross-validated by k-fold over records;
-    the ``sum`` and ``overlap`` forms are both fitted, the better held-out one kept."""
+    (``kernel: forward``; sim/composition.py), cross-validated by k-fold over records.
+    Each of ``forms`` is fitted and the better held-out one kept (``sum`` unless
+    ``overlap`` is better by OVERLAP_MARGIN); a synchronous device (the CPU) passes
+    ``("sum",)``: there the host never overlaps the work it issues."""
     cols, raw = [], []
     for r in records:
         parts = kernel_parts(cal, r)
@@ -227,13 +230,14 @@ def fit_composition(records: list[dict], cal: Calibration, folds: int = 5, seed:
         cols.append([raw[-1] - sum(attn), *attn, float(r["num_layers"]), 1.0])
     cols, raw = np.array(cols), np.array(raw)
     t = np.array([r["time_s"] for r in records], dtype=float)
-    forms = {"sum": (_solve_sum, _predict_sum), "overlap": (_solve_overlap, _predict_overlap)}
+    solvers = {"sum": (_solve_sum, _predict_sum), "overlap": (_solve_overlap, _predict_overlap)}
     folds = min(folds, len(records))
     if not (folds >= 2 and len(records) >= 6):
         folds = 0
     order = np.random.default_rng(seed).permutation(len(records))
     fitted = {}
-    for form, (solve, predict) in forms.items():
+    for form in forms:
+        solve, predict = solvers[form]
         err = lambda x_, idx: np.abs(predict(x_, cols[idx]) / t[idx] - 1.0)  # noqa: E731
         x = solve(cols, t)
         cv = None
@@ -246,9 +250,10 @@ def fit_composition(records: list[dict], cal: Calibration, folds: int = 5, seed:
             cv = float(np.mean(errors))
         fitted[form] = (x, cv, float(np.mean(err(x, np.arange(len(t))))))
     form = "sum"
-    cvs, cvo = fitted["sum"][1], fitted["overlap"][1]
-    if cvs is not None and cvo is not None and cvo < cvs - OVERLAP_MARGIN:
-        form = "overlap"
+    if "overlap" in fitted:
+        cvs, cvo = fitted["sum"][1], fitted["overlap"][1]
+        if cvs is not None and cvo is not None and cvo < cvs - OVERLAP_MARGIN:
+            form = "overlap"
     x, cv, train = fitted[form]
     return Composition(scale=float(x[0]), decode_attention_scale=float(x[1]), prefill_attention_scale=float(x[2]),
                        per_layer_s=float(x[3]), per_step_s=float(x[4]), combine=form,
@@ -326,7 +331,8 @@ def fit(records: list[dict], *, device: dict | None = None, base: Calibration | 
     if steps and "gemm" in fits:  # the kernel sum needs a fitted GEMM (else cost.py's roofline applies)
         if progress is not None:
             progress("forward")
-        comp = fit_composition(steps, cal, folds=folds)
+        synchronous = (device.get("provenance") or {}).get("cuda") == "none"  # measured on a CPU
+        comp = fit_composition(steps, cal, folds=folds, forms=("sum",) if synchronous else ("sum", "overlap"))
         cv = "no cv" if comp.cv_mape is None else f"cv MAPE {comp.cv_mape:.1%}"
         provenance["fit"] += f", composition: kernel-sum MAPE {comp.raw_mape:.1%}, corrected {cv}"
         cal = dataclasses.replace(cal, composition=comp, provenance=provenance)
