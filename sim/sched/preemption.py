@@ -31,6 +31,7 @@ class Preemptor:
         self.mode = mode
         self.copies_per_block = copies_per_block  # engines copy each block per layer, K and V
         self.gathered = transfer == SwapTransfer.GATHERED  # then one copy per layer, K and V
+        self._block_based = getattr(allocator, "block_ids", None) is not None
         self._swapped_blocks: dict[int, int] = {}  # request_id -> blocks it swapped out
         self.allocator = allocator
         self.swap = swap
@@ -77,7 +78,7 @@ class Preemptor:
 
     def _count_copies(self, out: SchedulerOutput, num_blocks: int, num_bytes: int) -> None:
         """The host<->device copies (and device staging) one request's swap takes."""
-        if self.gathered and num_blocks > 1:
+        if self.gathered and self._block_based:  # a contiguous extent needs no packing
             out.swap_copies += self.copies_per_block
             out.swap_staged_bytes += num_bytes
             out.swap_staging_launches += self.copies_per_block
