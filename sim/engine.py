@@ -139,11 +139,11 @@ class Simulation:
                 yield self._wakeup
                 continue
             start = env.now
+            if self.step_hook is not None and (out.scheduled or out.swapped_out or out.swapped_in):
+                self.step_hook(out)
             if out.swap_out_bytes or out.swap_in_bytes:
                 yield from self._transfer(out)
             if out.scheduled:
-                if self.step_hook is not None:
-                    self.step_hook(out)
                 yield env.timeout(predicted_step_s(self.cost, out))
             finished = sched.update_from_output(out, env.now, start)
             self.steps.record(env.now, env.now - start, out, sched, self.allocator)
