@@ -1,7 +1,8 @@
 """``sim validate SCENARIO --device cpu|cuda:0 [--calibration CAL] [--out DIR]``.
 
 Writes ``validation.json`` (lockstep step-time errors; open-loop latency, throughput, KV
-and preemption errors) and ``validation.html``, and prints a short table. Exits non-zero
+and preemption errors), ``validation_steps.csv`` (every compared step) and
+``validation.html``, and prints a short table. Exits non-zero
 only when it cannot run (bad input: status 2), never because the error is large.
 """
 
@@ -97,7 +98,7 @@ def run_validate(args) -> int:
                     "calibration_source": sim_result.calibration_source, "model": sc.model,
                     "machine": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                     "torch_threads": threads, "calibration_drift": drift}
-    lock_samples, real_reqs = [], None
+    lock_samples, real_reqs, open_samples = [], None, []
     if args.mode in ("both", "lockstep"):
         lock_result, lock_samples = runner.run_lockstep(sc, device, model)
         result["lockstep"] = compare.step_errors(lock_samples)
@@ -111,10 +112,12 @@ def run_validate(args) -> int:
         real_summary, sim_summary = summarize(real_result), summarize(sim_result)
         result["open_loop"] = compare.summary_errors(real_summary, sim_summary)
         result["open_loop"]["real_step_errors"] = compare.step_errors(real.samples)
-        real_reqs = real.requests
+        result["open_loop"]["real_step_errors_by_idle"] = compare.errors_by_idle(real.samples)
+        real_reqs, open_samples = real.requests, real.samples
     result["wall_s"] = time.perf_counter() - t0
     out_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(out_dir / "validation.json", json.dumps(result, indent=2) + "\n")
+    write_atomic(out_dir / "validation_steps.csv", compare.steps_csv(lock_samples, open_samples))
     write_atomic(out_dir / "validation.html",
                  render_validation(result, lock_samples, real_reqs, sim_result.requests))
     _print(result, out_dir)
@@ -181,5 +184,6 @@ def _print(result: dict, out_dir: Path) -> None:
                       f"{_pct(ol['peak_kv_used_fraction']['rel_error'])}, preemptions real "
                       f"{ol['preemptions_recompute']['real']} / sim {ol['preemptions_recompute']['sim']}",
                       highlight=False)
-    console.print(f"wrote {out_dir}/validation.json, validation.html ({result['wall_s']:.0f} s)",
+    console.print(f"wrote {out_dir}/validation.json, validation_steps.csv, validation.html "
+                  f"({result['wall_s']:.0f} s)",
                   highlight=False)

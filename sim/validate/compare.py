@@ -56,6 +56,43 @@ def step_errors(samples) -> dict:
     return out
 
 
+IDLE_BUCKETS_S = (0.0, 1e-4, 1e-3, 1e-2, float("inf"))
+
+
+def errors_by_idle(samples) -> list[dict]:
+    """Open loop: step-time errors by the idle time before the step (a step after a lull
+    finds caches cold and, on a GPU, clocks down)."""
+    out = []
+    for lo, hi in zip(IDLE_BUCKETS_S, IDLE_BUCKETS_S[1:]):
+        rel = [s.predicted_s / s.measured_s - 1 for s in samples
+               if s.idle_before_s is not None and lo <= s.idle_before_s < hi]
+        if rel:
+            out.append({"idle_from_s": lo, "idle_to_s": None if hi == float("inf") else hi,
+                        "num_steps": len(rel), "mape": float(np.mean(np.abs(rel))), "bias": float(np.mean(rel))})
+    return out
+
+
+STEP_COLUMNS = ("mode", "step", "predicted_s", "measured_s", "kernel_sum_s", "num_seqs", "num_prefill_tokens",
+                "num_decode_tokens", "decode_kv_tokens", "idle_before_s")
+
+
+def steps_csv(lockstep, open_loop) -> str:
+    """Every compared step, both modes, one row each (``validation_steps.csv``)."""
+    import csv  # noqa: PLC0415
+    import io  # noqa: PLC0415
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(STEP_COLUMNS)
+    for mode, samples in (("lockstep", lockstep or []), ("open-loop", open_loop or [])):
+        for i, s in enumerate(samples):
+            w.writerow([mode, i, f"{s.predicted_s:.6e}", f"{s.measured_s:.6e}",
+                        "" if s.kernel_sum_s is None else f"{s.kernel_sum_s:.6e}", s.num_seqs,
+                        s.num_prefill_tokens, s.num_decode_tokens, s.decode_kv_tokens,
+                        "" if s.idle_before_s is None else f"{s.idle_before_s:.6e}"])
+    return buf.getvalue()
+
+
 def _rel(sim: float | None, real: float | None) -> float | None:
     if sim is None or real is None or real == 0:
         return None

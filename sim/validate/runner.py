@@ -42,6 +42,7 @@ class StepSample:
     decode_kv_tokens: int
     batch: tuple  # ((request_id, num_new_tokens), ...): the decision, for comparisons
     kernel_sum_s: float | None = None  # the prediction without the calibration's composition
+    idle_before_s: float | None = None  # open loop: wall time since the previous step ended
 
 
 @dataclass
@@ -120,6 +121,7 @@ def run_open_loop(sc: Scenario, model: TinyLlama) -> RealRun:
     pending = [(s.arrival_s, s.session_id, 0, s) for s in parts.sessions]
     heapq.heapify(pending)
     t0 = time.perf_counter()
+    last_end = None
 
     def now() -> float:
         return time.perf_counter() - t0
@@ -142,7 +144,9 @@ def run_open_loop(sc: Scenario, model: TinyLlama) -> RealRun:
         start = now()
         measured = executor.execute(out)
         end = start + measured
-        run.samples.append(_sample(cost, out, measured))
+        run.samples.append(dataclasses.replace(_sample(cost, out, measured),
+                                               idle_before_s=None if last_end is None else start - last_end))
+        last_end = end
         finished = sched.update_from_output(out, end, start)
         steps.record(end, end - start, out, sched, parts.allocator)
         for req in finished:

@@ -104,6 +104,17 @@ def test_validate_pipeline_end_to_end(tmp_path, capsys) -> None:
     assert lock["mape"] >= 0 and set(lock["by_kind"]) <= {"prefill", "decode", "mixed"}
     assert ol["completed"] == {"real": 6, "sim": 6}
     assert ol["ttft_s"]["p50"]["real"] > 0
+    import csv
+
+    rows = list(csv.DictReader((out / "validation_steps.csv").open()))
+    assert {r["mode"] for r in rows} == {"lockstep", "open-loop"}
+    assert sum(r["mode"] == "lockstep" for r in rows) == lock["num_steps"]
+    assert sum(r["mode"] == "open-loop" for r in rows) == ol["real_step_errors"]["num_steps"]
+    assert all(float(r["measured_s"]) > 0 and float(r["kernel_sum_s"]) > 0 for r in rows)
+    idle = [r["idle_before_s"] for r in rows if r["mode"] == "open-loop"]
+    assert idle[0] == "" and all(float(x) >= 0 for x in idle[1:])  # the first step follows nothing
+    buckets = ol["real_step_errors_by_idle"]
+    assert sum(b["num_steps"] for b in buckets) == len(idle) - 1
     html = (out / "validation.html").read_text()
     assert html.count("<script") >= 1 and "Lockstep" in html and "Open loop" in html
 
