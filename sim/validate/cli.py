@@ -153,12 +153,15 @@ def _print(result: dict, out_dir: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from sim.validate.drift import needs_recalibration
+
     console = Console()
     drift = result.get("calibration_drift")
     if drift:
         console.print(f"calibration check: {drift['num_steps']} of the calibration's recorded steps run at "
-                      f"{drift['ratio']:.2f}x their calibrated time now", highlight=False)
-        if abs(drift["ratio"] - 1) > 0.1:
+                      f"{drift['ratio']:.2f}x their calibrated time now ({drift['min_ratio']:.2f}-"
+                      f"{drift['max_ratio']:.2f}x)", highlight=False)
+        if needs_recalibration(drift):
             console.print("  the machine has changed since it was calibrated: recalibrate "
                           "(microbench calibrate) for a validation of the simulator, not of the drift",
                           highlight=False)

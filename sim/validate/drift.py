@@ -58,4 +58,14 @@ def calibration_drift(cal, cal_file: Path | None, device, model=None) -> dict | 
         out.append({"then_s": rec["time_s"], "now_s": now, "ratio": now / rec["time_s"],
                     **{k: rec[k] for k in ("num_layers", "hidden_size", "decode_seqs", "prefill_seqs", "prefill_query")}})
     release_models()
-    return {"ratio": statistics.median(s["ratio"] for s in out), "num_steps": len(out), "steps": out}
+    ratios = [s["ratio"] for s in out]
+    return {"ratio": statistics.median(ratios), "min_ratio": min(ratios), "max_ratio": max(ratios),
+            "num_steps": len(out), "steps": out}
+
+
+def needs_recalibration(drift: dict, median_tol: float = 0.1, any_tol: float = 0.2) -> bool:
+    """Has the machine moved: the median step by more than ``median_tol``, or any step by
+    more than ``any_tol`` (small, host-bound steps drift most: 1.39x while large ones read
+    1.07x on the dev VM, the median 1.11x)?"""
+    worst = max(abs(drift["min_ratio"] - 1), abs(drift["max_ratio"] - 1))
+    return abs(drift["ratio"] - 1) > median_tol or worst > any_tol

@@ -64,9 +64,11 @@ def _headline(result: dict) -> str:
     items = []
     drift = result.get("calibration_drift")
     if drift:
+        from sim.validate.drift import needs_recalibration  # noqa: PLC0415
+
         items.append(f"calibration check: {drift['num_steps']} recorded steps run at {drift['ratio']:.2f}x their "
-                     "calibrated time" + (" (recalibrate: the machine has changed)" if abs(drift["ratio"] - 1) > 0.1
-                                          else ""))
+                     f"calibrated time ({drift['min_ratio']:.2f}-{drift['max_ratio']:.2f}x)"
+                     + (" (recalibrate: the machine has changed)" if needs_recalibration(drift) else ""))
     lock = result.get("lockstep") or {}
     if lock.get("num_steps"):
         line = (f"lockstep: {lock['num_steps']} steps, MAPE {lock['mape']:.1%}, bias {_pct(lock['bias'])}, "

@@ -57,3 +57,12 @@ def test_reference_steps_are_few_short_and_of_the_model_when_it_was_measured(tmp
     assert 2 <= len(steps) <= MAX_STEPS and all(s["time_s"] <= 0.1 for s in steps)
     assert {s["hidden_size"] for s in steps} == {llama.hidden_size}
     assert reference_steps(shipped, "cuda") == []
+
+
+def test_recalibration_is_advised_when_the_median_or_any_step_moved() -> None:
+    from sim.validate.drift import needs_recalibration
+
+    assert not needs_recalibration({"ratio": 1.04, "min_ratio": 0.95, "max_ratio": 1.15})
+    assert needs_recalibration({"ratio": 1.11, "min_ratio": 1.04, "max_ratio": 1.15})  # the median
+    assert needs_recalibration({"ratio": 1.04, "min_ratio": 1.01, "max_ratio": 1.39})  # the small steps
+    assert needs_recalibration({"ratio": 0.97, "min_ratio": 0.75, "max_ratio": 1.0})
