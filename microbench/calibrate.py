@@ -18,7 +18,8 @@ from pathlib import Path
 
 from microbench.cases import input_bytes, make_fns, release_models
 from microbench.suites import DEFAULT_MODELS, cases
-from microbench.timing import cpu_cache_bytes, rotation_copies, time_cpu, time_cuda, time_host_copy_cuda
+from microbench.timing import (cpu_cache_bytes, rotation_copies, time_after_idle, time_cpu, time_cuda,
+                               time_host_copy_cuda)
 
 
 def _version(dist: str) -> str:
@@ -104,7 +105,9 @@ def run_sweep(torch, device, todo: list[tuple[str, dict]], *, quick: bool, show_
             host = kernel in ("copy_h2d", "copy_d2h")
             copies = 1 if host or kernel == "forward" else rotation_copies(input_bytes(kernel, shape), cache)
             fns = make_fns(kernel, shape, device, copies)
-            if kernel == "forward":  # a whole step, on the wall clock as the validation engine times it (it syncs)
+            if kernel == "forward" and shape.get("idle_s"):  # the first step after a lull
+                t = time_after_idle(fns[0], shape["idle_s"], repeats=3 if quick else 5)
+            elif kernel == "forward":  # a whole step, on the wall clock as the validation engine times it (it syncs)
                 t = time_cpu(fns, min_time_s=0.02 if quick else 0.05, min_repeats=3 if quick else 5, warmup=2)
             elif cuda:
                 t = time_host_copy_cuda(fns) if host else time_cuda(fns, rep_ms=40 if quick else 100)

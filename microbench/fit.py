@@ -221,7 +221,10 @@ def fit_composition(records: list[dict], cal: Calibration, folds: int = 5, seed:
     (``kernel: forward``; sim/composition.py), cross-validated by k-fold over records.
     Each of ``forms`` is fitted and the better held-out one kept (``sum`` unless
     ``overlap`` is better by OVERLAP_MARGIN); a synchronous device (the CPU) passes
-    ``("sum",)``: there the host never overlaps the work it issues."""
+    ``("sum",)``: there the host never overlaps the work it issues. Records timed after
+    idleness (``idle_s`` > 0) fit ``idle_scale`` against the warm model instead."""
+    idle = [r for r in records if r.get("idle_s")]
+    records = [r for r in records if not r.get("idle_s")]
     cols, raw = [], []
     for r in records:
         parts = kernel_parts(cal, r)
@@ -255,10 +258,20 @@ def fit_composition(records: list[dict], cal: Calibration, folds: int = 5, seed:
         if cvs is not None and cvo is not None and cvo < cvs - OVERLAP_MARGIN:
             form = "overlap"
     x, cv, train = fitted[form]
-    return Composition(scale=float(x[0]), decode_attention_scale=float(x[1]), prefill_attention_scale=float(x[2]),
+    comp = Composition(scale=float(x[0]), decode_attention_scale=float(x[1]), prefill_attention_scale=float(x[2]),
                        per_layer_s=float(x[3]), per_step_s=float(x[4]), combine=form,
                        raw_mape=float(np.mean(np.abs(raw / t - 1.0))), cv_mape=cv, train_mape=train,
                        cv_folds=folds, num_records=len(records))
+    return _fit_idle(comp, idle, cal) if idle else comp
+
+
+def _fit_idle(comp: Composition, idle: list[dict], cal: Calibration) -> Composition:
+    """``comp`` with the after-idle factor: least relative error of ``k x warm prediction``
+    on the steps timed after idleness."""
+    ratio = np.array([comp.apply(kernel_parts(cal, r), r["num_layers"]) / r["time_s"] for r in idle])
+    k = float(np.sum(ratio) / np.sum(ratio ** 2))
+    return dataclasses.replace(comp, idle_scale=k, idle_s=float(np.median([r["idle_s"] for r in idle])),
+                               idle_mape=float(np.mean(np.abs(k * ratio - 1.0))))
 
 
 def describe_composition(c: Composition) -> str:
@@ -268,8 +281,10 @@ def describe_composition(c: Composition) -> str:
     host = f"{c.per_layer_s * 1e6:.1f} us/layer"
     body = (f"{kernels} + {host} + {c.per_step_s * 1e6:.1f} us" if c.combine == "sum"
             else f"{c.per_step_s * 1e6:.1f} us + max({host}, {kernels})")
+    idle = (f"; after {c.idle_s * 1e3:.0f} ms idle x{c.idle_scale:.3f} (MAPE {c.idle_mape:.1%})"
+            if c.idle_s and c.idle_mape is not None else "")
     return (f"{'composition':<18}  step = {body}  kernel-sum MAPE {c.raw_mape:.1%} -> cv MAPE {cv} "
-            f"({c.combine} form; {c.cv_folds} folds, {c.num_records} steps)")
+            f"({c.combine} form; {c.cv_folds} folds, {c.num_records} steps){idle}")
 
 
 def _scalar(fits: dict[str, KernelFit], kernel: str, param: str, default: float | None) -> float | None:
@@ -335,6 +350,8 @@ def fit(records: list[dict], *, device: dict | None = None, base: Calibration | 
         comp = fit_composition(steps, cal, folds=folds, forms=("sum",) if synchronous else ("sum", "overlap"))
         cv = "no cv" if comp.cv_mape is None else f"cv MAPE {comp.cv_mape:.1%}"
         provenance["fit"] += f", composition: kernel-sum MAPE {comp.raw_mape:.1%}, corrected {cv}"
+        if comp.idle_s:
+            provenance["fit"] += f", after {comp.idle_s * 1e3:.0f} ms idle x{comp.idle_scale:.3f}"
         cal = dataclasses.replace(cal, composition=comp, provenance=provenance)
     return cal
 

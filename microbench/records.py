@@ -42,6 +42,9 @@ def check_record(rec, *, file: str, where: str) -> Record:
     if kernel == "forward" and not isinstance(rec.get("tie_word_embeddings", False), bool):
         raise ConfigError(file, f"{where}.tie_word_embeddings",
                           f"expected true or false, got {rec['tie_word_embeddings']!r}")
+    idle = rec.get("idle_s", 0.0)
+    if kernel == "forward" and (isinstance(idle, bool) or not isinstance(idle, (int, float)) or not idle >= 0):
+        raise ConfigError(file, f"{where}.idle_s", f"expected seconds >= 0, got {idle!r}")
     for name in fields:
         v = rec.get(name)
         if name == "dtype":

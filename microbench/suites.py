@@ -81,6 +81,7 @@ GRIDS = {
                  (0, 0, 1, 32, 0), (0, 0, 1, 128, 0), (0, 0, 1, 256, 256), (4, 128, 1, 64, 0)),
         forward_layers=(2, 4)),
 }
+IDLE_PROBE_S = 0.05  # whole steps are also timed after this much idleness
 DEFAULT_MODELS = {"cuda": ("llama-3-8b",), "cpu": ("qwen2.5-1.5b",)}
 
 
@@ -92,9 +93,12 @@ def forward_cases(model: ModelSpec, g: SuiteGrid, dtype: str) -> list[tuple[str,
                  intermediate_size=model.intermediate_size, vocab_size=model.vocab_size,
                  tie_word_embeddings=model.tie_word_embeddings)
     batches = sorted(g.forward, key=lambda b: -(b[0] * (b[1] + 1) + b[2] * (b[3] + b[4])))
-    return [("forward", dict(shape, num_layers=min(layers, model.num_layers), decode_seqs=nd, decode_context=cd,
-                             prefill_seqs=npf, prefill_query=q, prefill_context=cp, dtype=dtype))
-            for layers in g.forward_layers for nd, cd, npf, q, cp in batches]
+    out = [("forward", dict(shape, num_layers=min(layers, model.num_layers), decode_seqs=nd, decode_context=cd,
+                            prefill_seqs=npf, prefill_query=q, prefill_context=cp, dtype=dtype))
+           for layers in g.forward_layers for nd, cd, npf, q, cp in batches]
+    # the same batches at the most layers, each after IDLE_PROBE_S of sleep (sim.composition)
+    deepest = [(k, s) for k, s in out if s["num_layers"] == min(max(g.forward_layers), model.num_layers)]
+    return out + [(k, dict(s, idle_s=IDLE_PROBE_S)) for k, s in deepest]
 
 
 def cases(models: list[ModelSpec], device_type: str, quick: bool, dtype: str = "bf16") -> list[tuple[str, dict]]:

@@ -85,6 +85,20 @@ def time_cpu(fns: list, *, warmup: int = 2, min_repeats: int = 5, min_time_s: fl
     return _quantiles(samples)
 
 
+def time_after_idle(fn, idle_s: float, *, warmup: int = 1, repeats: int = 5) -> Timing:
+    """Median seconds of ``fn`` when each call follows ``idle_s`` of sleep (an engine's
+    first step after a lull), the sleep itself untimed."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        time.sleep(idle_s)
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return _quantiles(samples)
+
+
 def time_cuda(fns: list, *, warmup_ms: int = 25, rep_ms: int = 100) -> Timing:
     """Median seconds of one launch on the current CUDA device via triton.testing.do_bench."""
     import torch  # noqa: PLC0415

@@ -25,7 +25,13 @@ its per-layer work overlaps the kernels it launched, and the ``overlap`` form fi
     step_s = per_step_s + max(num_layers x per_layer_s, scaled kernel terms)
 
 (launch-bound small batches, kernel-bound large ones). The fit tries both and keeps the
-one with the smaller cross-validated error (``sum`` unless ``overlap`` is clearly better). Attention has scales of its own: its
+one with the smaller cross-validated error (``sum`` unless ``overlap`` is clearly better).
+
+A step that starts after the engine sat idle (waiting for arrivals) finds caches cold
+and, on a GPU, clocks lowered: ``microbench`` also times each batch after ``idle_s`` of
+sleep, and ``idle_scale`` (fitted on those steps, against the warm prediction) multiplies
+any step that follows ``IDLE_THRESHOLD_S`` or more of idleness. On the dev CPU the first
+step after 10 ms or more idle ran 17% slower than predicted, after under 1 ms unbiased. Attention has scales of its own: its
 in-step cost departs from the kernel benchmark in its own way (on the dev CPU decode
 attention ran faster in a step than alone, prefill slower; the GEMMs in between evict
 different things). These numbers are the calibration's ``composition``; with none the
@@ -45,6 +51,7 @@ FORWARD_MODEL_FIELDS = ("hidden_size", "num_q_heads", "num_kv_heads", "head_dim"
                         "vocab_size", "num_layers")
 FORWARD_BATCH_FIELDS = ("decode_seqs", "decode_context", "prefill_seqs", "prefill_query", "prefill_context")
 FORWARD_FIELDS = FORWARD_MODEL_FIELDS + FORWARD_BATCH_FIELDS + ("dtype",)
+IDLE_THRESHOLD_S = 0.005  # idle at least this long before a step: the step is "after idle"
 
 
 ATTENTION_PARTS = ("decode_attention", "prefill_attention")
@@ -70,6 +77,9 @@ class Composition:
     cv_folds: int = 0
     num_records: int = 0
     combine: str = "sum"  # "sum" or "overlap" (module docstring)
+    idle_scale: float = 1.0  # a step after IDLE_THRESHOLD_S or more of idleness takes this times longer
+    idle_s: float = 0.0  # the idle time idle_scale was measured after (0: not measured)
+    idle_mape: float | None = None  # idle_scale's fit error on the after-idle steps
 
     def __post_init__(self) -> None:
         if self.combine not in COMBINE_FORMS:
@@ -82,14 +92,17 @@ class Composition:
         """Scale of each kernel term: the attention ones by name, every other term ``scale``."""
         return {"decode_attention": self.decode_attention_scale, "prefill_attention": self.prefill_attention_scale}
 
-    def apply(self, parts: dict[str, float], num_layers: int) -> float:
-        """Seconds of a step whose kernel terms (sim.cost_fitted.fitted_step_parts) are ``parts``."""
+    def apply(self, parts: dict[str, float], num_layers: int, idle_before_s: float = 0.0) -> float:
+        """Seconds of a step whose kernel terms (sim.cost_fitted.fitted_step_parts) are
+        ``parts``, started ``idle_before_s`` after the engine's previous step ended."""
         scales = self.scales()
         device = sum(v * scales.get(k, self.scale) for k, v in parts.items())
         host = num_layers * self.per_layer_s
         if self.combine == "overlap":
-            return self.per_step_s + (device if device > host else host)
-        return device + host + self.per_step_s
+            t = self.per_step_s + (device if device > host else host)
+        else:
+            t = device + host + self.per_step_s
+        return t * self.idle_scale if idle_before_s >= IDLE_THRESHOLD_S else t
 
     def to_dict(self) -> dict:
         out = {"combine": self.combine, "scale": float(f"{self.scale:.6g}"),
@@ -100,6 +113,9 @@ class Composition:
             if getattr(self, key) is not None:
                 out[key] = float(f"{getattr(self, key):.6g}")
         out.update(cv_folds=int(self.cv_folds), num_records=int(self.num_records))
+        out.update(idle_scale=float(f"{self.idle_scale:.6g}"), idle_s=float(f"{self.idle_s:.6g}"))
+        if self.idle_mape is not None:
+            out["idle_mape"] = float(f"{self.idle_mape:.6g}")
         return out
 
 
@@ -126,7 +142,8 @@ def forward_batch(rec: dict) -> dict:
 _KEYS = {"combine": "form", "scale": "positive", "decode_attention_scale": "positive", "prefill_attention_scale": "positive",
          "per_layer_s": "non-negative", "per_step_s": "non-negative",
          "raw_mape": "non-negative", "cv_mape": "non-negative", "train_mape": "non-negative",
-         "cv_folds": "count", "num_records": "count"}
+         "cv_folds": "count", "num_records": "count", "idle_scale": "positive", "idle_s": "non-negative",
+         "idle_mape": "non-negative"}
 
 
 def composition_from_dict(data, *, file: str) -> Composition:

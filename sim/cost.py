@@ -125,7 +125,7 @@ def build_cost_model(model: ModelSpec, calibration: Calibration, kv_dtype: KVDty
 
 def step_time_s(cm: CostModel, *, num_seqs: int, num_prefill_tokens: int, num_decode_tokens: int,
                 decode_kv_tokens: int, prefill_attn_pairs: float, prefill_kv_tokens: int,
-                num_prefill_seqs: int = 1) -> float:
+                num_prefill_seqs: int = 1, idle_before_s: float = 0.0) -> float:
     """Seconds one engine step takes; 0.0 when it has no tokens.
 
     num_seqs: sequences that produce a token this step (lm_head rows).
@@ -135,13 +135,15 @@ def step_time_s(cm: CostModel, *, num_seqs: int, num_prefill_tokens: int, num_de
         the chunk's tokens and cached the KV tokens already there (causal attention).
     prefill_kv_tokens: sum over prefill chunks of cached + q (KV tokens read).
     num_prefill_seqs: prefill chunks in the step (a fitted attention's per-sequence cost).
+    idle_before_s: how long the engine sat idle before the step (a measured composition's
+        after-idle factor; sim/composition.py).
     All arguments are non-negative; the result is non-decreasing in each.
     """
     if cm.fitted is not None:
         return fitted_step_time_s(cm.fitted, num_seqs=num_seqs, num_prefill_tokens=num_prefill_tokens,
                                   num_decode_tokens=num_decode_tokens, decode_kv_tokens=decode_kv_tokens,
                                   prefill_attn_pairs=prefill_attn_pairs, prefill_kv_tokens=prefill_kv_tokens,
-                                  num_prefill_seqs=num_prefill_seqs)
+                                  num_prefill_seqs=num_prefill_seqs, idle_before_s=idle_before_s)
     m = num_prefill_tokens + num_decode_tokens
     if m <= 0:
         return 0.0

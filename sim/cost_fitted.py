@@ -141,14 +141,14 @@ def fitted_step_parts(fs: FittedStep, *, num_seqs: int, num_prefill_tokens: int,
     return parts
 
 
-def fitted_step_time_s(fs: FittedStep, **batch) -> float:
+def fitted_step_time_s(fs: FittedStep, idle_before_s: float = 0.0, **batch) -> float:
     """Seconds of one engine step (arguments as sim.cost.step_time_s); 0.0 without tokens."""
     parts = fitted_step_parts(fs, **batch)
     if not parts:
         return 0.0
     if fs.composition is None:
         return sum(parts.values())
-    return fs.composition.apply(parts, fs.num_layers)
+    return fs.composition.apply(parts, fs.num_layers, idle_before_s)
 
 
 def fitted_swap_time_s(cal: Calibration, num_bytes: float) -> float:

@@ -12,6 +12,7 @@ drained its queues (or can make no progress, which leaves requests ``in_flight``
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -53,15 +54,17 @@ class SimResult:
     extra: dict = field(default_factory=dict)
 
 
-def predicted_step_s(cost, out: SchedulerOutput) -> float:
-    """The cost model's time for one scheduled batch (compute only, swaps apart)."""
+def predicted_step_s(cost, out: SchedulerOutput, idle_before_s: float = 0.0) -> float:
+    """The cost model's time for one scheduled batch (compute only, swaps apart), started
+    ``idle_before_s`` after the engine's previous step."""
     return step_time_s(
         cost, num_seqs=out.num_seqs,
         num_prefill_tokens=out.num_prefill_tokens + out.prefill_padding_tokens,
         num_decode_tokens=out.num_decode_tokens + out.decode_padding_seqs,
         decode_kv_tokens=out.decode_kv_tokens, prefill_attn_pairs=out.prefill_attn_pairs,
         prefill_kv_tokens=out.prefill_kv_tokens,
-        num_prefill_seqs=out.num_seqs - out.num_decode_tokens - out.decode_padding_seqs)
+        num_prefill_seqs=out.num_seqs - out.num_decode_tokens - out.decode_padding_seqs,
+        idle_before_s=idle_before_s)
 
 
 def predicted_transfer_s(cost, out: SchedulerOutput) -> float:
@@ -93,6 +96,8 @@ class Simulation:
         self.steps = StepLog()
         self.progress = progress
         self.step_hook = step_hook
+        self._last_end: float | None = None  # when the previous step ended (None: none yet)
+        self.idle_before_s = math.inf  # idle time before the step being run (the step hook may read it)
         self.env = simpy.Environment()
         self.link = simpy.Resource(self.env, capacity=1)
         self._wakeup = self.env.event()
@@ -133,18 +138,21 @@ class Simulation:
                     if self.step_hook is not None:
                         self.step_hook(out)  # a real engine copies the victims' blocks out now
                     yield from self._transfer(out)
+                    self._last_end = env.now
                 if out.preempted:
                     continue
                 self._wakeup = env.event()
                 yield self._wakeup
                 continue
             start = env.now
+            self.idle_before_s = math.inf if self._last_end is None else start - self._last_end
             if self.step_hook is not None and (out.scheduled or out.swapped_out or out.swapped_in):
                 self.step_hook(out)
             if out.swap_out_bytes or out.swap_in_bytes:
                 yield from self._transfer(out)
             if out.scheduled:
-                yield env.timeout(predicted_step_s(self.cost, out))
+                yield env.timeout(predicted_step_s(self.cost, out, self.idle_before_s))
+            self._last_end = env.now
             finished = sched.update_from_output(out, env.now, start)
             self.steps.record(env.now, env.now - start, out, sched, self.allocator)
             for req in finished:

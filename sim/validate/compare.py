@@ -89,7 +89,8 @@ def steps_csv(lockstep, open_loop) -> str:
             w.writerow([mode, i, f"{s.predicted_s:.6e}", f"{s.measured_s:.6e}",
                         "" if s.kernel_sum_s is None else f"{s.kernel_sum_s:.6e}", s.num_seqs,
                         s.num_prefill_tokens, s.num_decode_tokens, s.decode_kv_tokens,
-                        "" if s.idle_before_s is None else f"{s.idle_before_s:.6e}"])
+                        "" if s.idle_before_s is None or s.idle_before_s == float("inf")
+                        else f"{s.idle_before_s:.6e}"])
     return buf.getvalue()
 
 

@@ -27,7 +27,8 @@ def reference_steps(jsonl: Path, device_type: str, model=None, max_steps: int = 
     measured_on = "cpu" if (device or {}).get("provenance", {}).get("cuda", "none") == "none" else "cuda"
     if measured_on != device_type:
         return []
-    steps = sorted((r for r in records if r["kernel"] == "forward" and r["time_s"] <= MAX_STEP_S),
+    steps = sorted((r for r in records if r["kernel"] == "forward" and not r.get("idle_s")
+                    and r["time_s"] <= MAX_STEP_S),
                    key=lambda r: r["time_s"])
     if model is not None:
         same = [r for r in steps if (r["hidden_size"], r["num_q_heads"], r["num_kv_heads"], r["intermediate_size"])

@@ -3,7 +3,9 @@
 * **Lockstep**: the simulator runs as usual (its clock advances by the cost model), and
   every batch it schedules is also executed on the real model and timed. Decisions are
   the simulator's by construction; what is compared is each step's predicted against
-  measured time.
+  measured time. Where the simulated engine sat idle before a step and the calibration
+  measured an after-idle factor, the real engine sleeps as long first (up to the idle
+  time the calibration measured), so the step is as cold as the one predicted.
 * **Open loop**: a real engine serves the workload with arrivals on the wall clock, built
   from fresh parts (the same scheduler, allocator and workload objects as the simulator),
   with measured step times deciding when the next step starts.
@@ -16,12 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import math
 import time
 from dataclasses import dataclass, field
 
 import torch
 
 from sim.engine import Simulation, SimResult, predicted_step_s, predicted_transfer_s
+from sim.composition import IDLE_THRESHOLD_S
 from sim.metrics import StepLog
 from sim.parts import SessionDriver, build_parts
 from sim.scenario import Scenario
@@ -73,15 +77,16 @@ def kernel_sum_cost(cost):
     return dataclasses.replace(cost, fitted=dataclasses.replace(cost.fitted, composition=None))
 
 
-def _sample(cost, out: SchedulerOutput, measured: float) -> StepSample:
+def _sample(cost, out: SchedulerOutput, measured: float, idle_before_s: float = 0.0) -> StepSample:
     """A step's prediction (its swaps' transfer, then compute, as the simulator's clock
-    advances) against its measured time (swaps, packing and forward)."""
+    advances; after-idle factor included) against its measured time (swaps, packing and
+    forward). ``kernel_sum_s`` is the plain kernel sum: no composition, no idle factor."""
     raw = kernel_sum_cost(cost)
     transfer = predicted_transfer_s(cost, out)
-    return StepSample(predicted_step_s(cost, out) + transfer, measured, out.num_seqs, out.num_prefill_tokens,
-                      out.num_decode_tokens, out.decode_kv_tokens,
+    return StepSample(predicted_step_s(cost, out, idle_before_s) + transfer, measured, out.num_seqs,
+                      out.num_prefill_tokens, out.num_decode_tokens, out.decode_kv_tokens,
                       tuple((r.request_id, n) for r, n in out.scheduled),
-                      None if raw is None else predicted_step_s(raw, out) + transfer)
+                      None if raw is None else predicted_step_s(raw, out) + transfer, idle_before_s)
 
 
 def run_lockstep(sc: Scenario, device: torch.device, model: TinyLlama | None = None):
@@ -90,11 +95,16 @@ def run_lockstep(sc: Scenario, device: torch.device, model: TinyLlama | None = N
     holder: dict = {}
 
     def hook(out: SchedulerOutput) -> None:
+        idle = sim.idle_before_s
+        if out.scheduled and idle >= IDLE_THRESHOLD_S and replay_idle_s > 0:
+            time.sleep(min(idle, replay_idle_s))  # the lull the simulator's engine sat through
         measured = holder["executor"].execute(out)
         if out.scheduled:  # a swap-out-only batch is executed, not compared
-            samples.append(_sample(sim.cost, out, measured))
+            samples.append(_sample(sim.cost, out, measured, idle))
 
     sim = Simulation(sc, step_hook=hook)
+    comp = sim.cost.fitted.composition if sim.cost.fitted is not None else None
+    replay_idle_s = comp.idle_s if comp is not None else 0.0  # as long as the calibration measured
     model = model or make_model(sc, device)
     holder["executor"] = StepExecutor(model, sim.allocator, sc.kv.block_size, sc.kv.swap_transfer)
     return sim.run(), samples
@@ -157,8 +167,7 @@ def run_open_loop(sc: Scenario, model: TinyLlama) -> RealRun:
     run.end_s = now()
     # predictions after the run: the cost model's work is not the engine's (on the CPU it
     # would add ~100 us between steps, 2-3% of a step here)
-    run.samples = [dataclasses.replace(_sample(cost, out, measured), idle_before_s=idle)
-                   for out, measured, idle in timed]
+    run.samples = [_sample(cost, out, measured, math.inf if idle is None else idle) for out, measured, idle in timed]
     return run
 
 

@@ -38,8 +38,11 @@ def test_calibrate_cpu_writes_jsonl_and_a_measured_calibration(cpu_cal: Path) ->
     assert cal.kernels["gemm"].cv_mape is not None and cal.kernels["gemm"].cv_folds >= 2
     assert cal.predict("gemm", m=64, n=512, k=256) > 0
     steps = [r for r in lines[1:] if r["kernel"] == "forward"]
-    assert {r["num_layers"] for r in steps} == {2} and len(steps) == 9  # tiny-llama has 2 layers: 4 capped
-    assert cal.composition is not None and cal.composition.num_records == len(steps)
+    warm = [r for r in steps if not r.get("idle_s")]
+    assert {r["num_layers"] for r in steps} == {2} and len(warm) == 9  # tiny-llama has 2 layers: 4 capped
+    assert len(steps) == 18 and {r.get("idle_s") for r in steps} == {None, 0.05}  # each batch after a lull too
+    assert cal.composition is not None and cal.composition.num_records == len(warm)
+    assert cal.composition.idle_s == 0.05 and cal.composition.idle_scale > 0
     assert cal.composition.scale > 0 and cal.composition.cv_mape is not None
     assert cal.composition.combine == "sum"  # a CPU runs what it issues in turn: no overlap form
 

@@ -86,6 +86,47 @@ def test_an_attention_term_never_measured_keeps_the_main_scale() -> None:
     assert got.prefill_attention_scale == got.scale == pytest.approx(1.25, rel=1e-6)
 
 
+def test_fit_measures_the_after_idle_factor_against_the_warm_model() -> None:
+    cal = _cal()
+    truth = Composition(scale=1.2, per_step_s=1e-4, idle_scale=1.3, idle_s=0.05)
+    warm = _records(cal, truth)
+    cold = [dict(r, idle_s=0.05, time_s=1.3 * r["time_s"]) for r in warm[:5]]
+    got = fit_composition(warm + cold, cal)
+    assert got.num_records == len(warm) and got.scale == pytest.approx(1.2, rel=1e-6)
+    assert got.idle_scale == pytest.approx(1.3, rel=1e-6) and got.idle_s == 0.05 and got.idle_mape < 1e-9
+    # the factor applies to steps after at least IDLE_THRESHOLD_S of idleness
+    from sim.composition import IDLE_THRESHOLD_S
+
+    parts = kernel_parts(cal, warm[0])
+    assert got.apply(parts, 2, idle_before_s=IDLE_THRESHOLD_S) == pytest.approx(1.3 * got.apply(parts, 2))
+    assert got.apply(parts, 2, idle_before_s=IDLE_THRESHOLD_S / 2) == got.apply(parts, 2)
+
+
+def test_the_engine_slows_the_first_step_after_a_lull() -> None:
+    from sim.engine import Simulation
+    from sim.scenario import parse_scenario
+
+    def run(idle_scale: float):
+        comp = Composition(scale=1.0, idle_scale=idle_scale, idle_s=0.05)
+        path = "/tmp/kvsim-test-idle.yaml"
+        data = calibration_to_dict(dataclasses.replace(_cal(), composition=comp, name="idle"))
+        with open(path, "w") as f:
+            yaml.safe_dump(data, f)
+        sc = parse_scenario({"name": "lull", "model": "tiny-llama", "gpu": path, "seed": 1,
+                             "engine": {"max_model_len": 512},
+                             "workload": {"num_requests": 3, "arrival": {"type": "constant", "rate": 0.5},
+                                          "prompt_tokens": {"type": "fixed", "value": 100},
+                                          "output_tokens": {"type": "fixed", "value": 5}}}, path)
+        return Simulation(sc).run()
+
+    base, slow = run(1.0), run(2.0)
+    for a, b in zip(base.requests, slow.requests):  # each request arrives to an idle engine
+        ttft_a, ttft_b = a.first_token_s - a.arrival_s, b.first_token_s - b.arrival_s
+        assert ttft_b == pytest.approx(2 * ttft_a, rel=1e-9)  # its prefill is the step after the lull
+        tpot_a = (a.finish_s - a.first_token_s) / 4
+        assert (b.finish_s - b.first_token_s) / 4 == pytest.approx(tpot_a, rel=1e-9)  # decodes follow at once
+
+
 def test_fit_keeps_the_terms_non_negative() -> None:
     cal = _cal()
     got = fit_composition(_records(cal, Composition(scale=0.9)), cal)  # faster than the kernel sum
@@ -220,5 +261,8 @@ def test_sweep_times_whole_steps_and_fits() -> None:
         [(k, s.get("num_layers"), s.get("decode_seqs")) for k, s in todo]
     steps = [r for r in recs if r["kernel"] == "forward"]
     assert {r["num_layers"] for r in steps} == {2, 3} and all(r["time_s"] > 0 for r in steps)  # 4 capped at 3
+    cold = [r for r in steps if r.get("idle_s")]
+    assert len(cold) == 9 and {r["num_layers"] for r in cold} == {3}  # each batch after a lull, deepest only
     comp = fit_composition(steps, _cal())
-    assert comp.num_records == len(steps) and comp.scale > 0 and math.isfinite(comp.cv_mape)
+    assert comp.num_records == len(steps) - len(cold) and comp.scale > 0 and math.isfinite(comp.cv_mape)
+    assert comp.idle_s == 0.05 and comp.idle_scale > 0
