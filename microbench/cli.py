@@ -87,7 +87,8 @@ def _predict(args, rest: list[str]) -> int:
 def _fit(args) -> int:
     import yaml  # noqa: PLC0415
 
-    from microbench.fit import describe, describe_composition, fit  # noqa: PLC0415
+    from microbench.compose import describe_composition  # noqa: PLC0415
+    from microbench.fit import describe, fit  # noqa: PLC0415
     from microbench.records import read_jsonl  # noqa: PLC0415
     from sim.calibration import calibration_to_dict, load_calibration  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415

@@ -8,7 +8,8 @@ import math
 import pytest
 import yaml
 
-from microbench.fit import fit, fit_composition, kernel_parts, kernel_sum_s
+from microbench.compose import fit_composition, kernel_parts, kernel_sum_s
+from microbench.fit import fit
 from microbench.records import check_record
 from sim.calibration import calibration_from_dict, calibration_to_dict, load_calibration
 from sim.composition import Composition, forward_batch, forward_model
