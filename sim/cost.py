@@ -137,7 +137,8 @@ def step_time_s(cm: CostModel, *, num_seqs: int, num_prefill_tokens: int, num_de
     num_prefill_seqs: prefill chunks in the step (a fitted attention's per-sequence cost).
     idle_before_s: how long the engine sat idle before the step (a measured composition's
         after-idle factor; sim/composition.py).
-    All arguments are non-negative; the result is non-decreasing in each.
+    All arguments are non-negative; the result is non-decreasing in each but
+    ``idle_before_s`` (a measured after-idle factor may be below 1).
     """
     if cm.fitted is not None:
         return fitted_step_time_s(cm.fitted, num_seqs=num_seqs, num_prefill_tokens=num_prefill_tokens,
