@@ -77,11 +77,10 @@ def kernel_sum_cost(cost):
     return dataclasses.replace(cost, fitted=dataclasses.replace(cost.fitted, composition=None))
 
 
-def _sample(cost, out: SchedulerOutput, measured: float, idle_before_s: float = 0.0) -> StepSample:
+def _sample(cost, raw, out: SchedulerOutput, measured: float, idle_before_s: float = 0.0) -> StepSample:
     """A step's prediction (its swaps' transfer, then compute, as the simulator's clock
     advances; after-idle factor included) against its measured time (swaps, packing and
-    forward). ``kernel_sum_s`` is the plain kernel sum: no composition, no idle factor."""
-    raw = kernel_sum_cost(cost)
+    forward). ``kernel_sum_s`` is the plain kernel sum (``raw``: kernel_sum_cost(cost))."""
     transfer = predicted_transfer_s(cost, out)
     return StepSample(predicted_step_s(cost, out, idle_before_s) + transfer, measured, out.num_seqs,
                       out.num_prefill_tokens, out.num_decode_tokens, out.decode_kv_tokens,
@@ -100,11 +99,12 @@ def run_lockstep(sc: Scenario, device: torch.device, model: TinyLlama | None = N
             time.sleep(min(idle, replay_idle_s))  # the lull the simulator's engine sat through
         measured = holder["executor"].execute(out)
         if out.scheduled:  # a swap-out-only batch is executed, not compared
-            samples.append(_sample(sim.cost, out, measured, idle))
+            samples.append(_sample(sim.cost, raw, out, measured, idle))
 
     sim = Simulation(sc, step_hook=hook)
     comp = sim.cost.fitted.composition if sim.cost.fitted is not None else None
     replay_idle_s = comp.idle_s if comp is not None else 0.0  # as long as the calibration measured
+    raw = kernel_sum_cost(sim.cost)
     model = model or make_model(sc, device)
     holder["executor"] = StepExecutor(model, sim.allocator, sc.kv.block_size, sc.kv.swap_transfer)
     return sim.run(), samples
@@ -167,7 +167,9 @@ def run_open_loop(sc: Scenario, model: TinyLlama) -> RealRun:
     run.end_s = now()
     # predictions after the run: the cost model's work is not the engine's (on the CPU it
     # would add ~100 us between steps, 2-3% of a step here)
-    run.samples = [_sample(cost, out, measured, math.inf if idle is None else idle) for out, measured, idle in timed]
+    raw = kernel_sum_cost(cost)
+    run.samples = [_sample(cost, raw, out, measured, math.inf if idle is None else idle)
+                   for out, measured, idle in timed]
     return run
 
 
