@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 
 from microbench.fit import describe, fit, fit_kernel, mape
-from sim.calibration import calibration_to_dict, load_calibration
+from sim.calib.calibration import calibration_to_dict, load_calibration
 
 ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT.parent / "shared" / "gpu-timings" / "a100_linear_layers.csv"

@@ -21,9 +21,9 @@ import numpy as np
 import simpy
 
 from sim import __version__
-from sim.engine import Simulation
-from sim.metrics import summarize
-from sim.scenario import load_scenario
+from sim.engine.simulation import Simulation
+from sim.engine.metrics import summarize
+from sim.config.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 

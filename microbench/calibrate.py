@@ -130,8 +130,8 @@ def calibrate(argv: list[str], *, device_arg: str, models: list[str] | None, qui
     from microbench.compose import describe_composition  # noqa: PLC0415
     from microbench.fit import describe, fit  # noqa: PLC0415
     from microbench.records import write_jsonl  # noqa: PLC0415
-    from sim.calibration import calibration_to_dict  # noqa: PLC0415
-    from sim.model import load_model  # noqa: PLC0415
+    from sim.calib.calibration import calibration_to_dict  # noqa: PLC0415
+    from sim.model.hf_config import load_model  # noqa: PLC0415
 
     device = torch.device(device_arg)
     if threads is not None:

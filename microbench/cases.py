@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from sim.kernel_models import DTYPE_BYTES
+from sim.calib.kernel_models import DTYPE_BYTES
 
 TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
@@ -109,7 +109,7 @@ def _one(torch, kernel: str, s: dict, device, gen, cpu_gen):
         h = s["hidden_size"]
         return lambda: torch.nn.functional.rms_norm(res.add_(x), (h,), w, 1e-6)
     if kernel == "elementwise":
-        from sim.validate.model import apply_rope, rope_cos_sin, silu_mul  # noqa: PLC0415
+        from realengine.model import apply_rope, rope_cos_sin, silu_mul  # noqa: PLC0415
 
         t, hq, hkv, d = s["num_tokens"], s["num_q_heads"], s["num_kv_heads"], s["head_dim"]
         q, k = rand(t, hq, d), rand(t, hkv, d)
@@ -150,7 +150,7 @@ def _step(torch, num_seqs: int, vocab_size: int, device, gen):
     from sim.kv.paged import PagedAllocator  # noqa: PLC0415
     from sim.request import Request  # noqa: PLC0415
     from sim.sched.output import SchedulerOutput  # noqa: PLC0415
-    from sim.validate.executor import pack_batch  # noqa: PLC0415
+    from realengine.executor import pack_batch  # noqa: PLC0415
 
     alloc, out = PagedAllocator(num_seqs * 17, 16), SchedulerOutput()
     for i in range(num_seqs):
@@ -180,12 +180,12 @@ def _forward(torch, s: dict, device, dtype):
     forward over the paged KV cache, the sampled ids read back) on a synthetic batch of
     ``decode_seqs`` decodes after ``decode_context`` tokens and ``prefill_seqs`` chunks of
     ``prefill_query`` tokens after ``prefill_context`` (fields: sim.composition)."""
-    from sim.composition import forward_model  # noqa: PLC0415
+    from sim.calib.composition import forward_model  # noqa: PLC0415
     from sim.kv.paged import PagedAllocator  # noqa: PLC0415
     from sim.request import Request  # noqa: PLC0415
     from sim.sched.output import SchedulerOutput  # noqa: PLC0415
-    from sim.validate.executor import StepExecutor  # noqa: PLC0415
-    from sim.validate.model import TinyLlama  # noqa: PLC0415
+    from realengine.executor import StepExecutor  # noqa: PLC0415
+    from realengine.model import TinyLlama  # noqa: PLC0415
 
     block = 16
     nd, cd = s["decode_seqs"], s["decode_context"]

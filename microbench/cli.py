@@ -64,8 +64,8 @@ def _parse_shape(rest: list[str]) -> dict:
 
 
 def _predict(args, rest: list[str]) -> int:
-    from sim.calibration import load_calibration  # noqa: PLC0415
-    from sim.kernel_models import KERNELS  # noqa: PLC0415
+    from sim.calib.calibration import load_calibration  # noqa: PLC0415
+    from sim.calib.kernel_models import KERNELS  # noqa: PLC0415
 
     cal = load_calibration(args.calibration, key="calibration")
     spec = KERNELS.get(args.kernel)
@@ -90,7 +90,7 @@ def _fit(args) -> int:
     from microbench.compose import describe_composition  # noqa: PLC0415
     from microbench.fit import describe, fit  # noqa: PLC0415
     from microbench.records import read_jsonl  # noqa: PLC0415
-    from sim.calibration import calibration_to_dict, load_calibration  # noqa: PLC0415
+    from sim.calib.calibration import calibration_to_dict, load_calibration  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415
 
     records, device = read_jsonl(args.measurements)

@@ -15,15 +15,15 @@ import dataclasses
 
 import numpy as np
 
-from sim.calibration import Calibration
-from sim.composition import ATTENTION_PARTS, Composition, forward_batch, forward_model
+from sim.calib.calibration import Calibration
+from sim.calib.composition import ATTENTION_PARTS, Composition, forward_batch, forward_model
 
 
 def kernel_parts(cal: Calibration, rec: dict) -> dict[str, float]:
     """The kernel terms (sim.cost_fitted.fitted_step_parts, no composition) of a forward record."""
-    from sim.cost_fitted import build_fitted_step, fitted_step_parts  # noqa: PLC0415
-    from sim.kernel_models import DTYPE_BYTES  # noqa: PLC0415
-    from sim.model import KVDtype  # noqa: PLC0415
+    from sim.cost.fitted import build_fitted_step, fitted_step_parts  # noqa: PLC0415
+    from sim.calib.kernel_models import DTYPE_BYTES  # noqa: PLC0415
+    from sim.model.spec import KVDtype  # noqa: PLC0415
 
     fs = build_fitted_step(forward_model(rec), dataclasses.replace(cal, composition=None),
                            KVDtype(rec["dtype"]), DTYPE_BYTES[rec["dtype"]])

@@ -18,9 +18,9 @@ from collections import defaultdict
 
 import numpy as np
 
-from sim.calibration import Calibration, CalibrationSource
+from sim.calib.calibration import Calibration, CalibrationSource
 from sim.errors import ConfigError
-from sim.kernel_models import KERNELS, GridRow, KernelFit, features, grid_key, roofline_s
+from sim.calib.kernel_models import KERNELS, GridRow, KernelFit, features, grid_key, roofline_s
 
 MAX_GRID_POINTS = 48  # per shape; log-spaced subsample of the measured axis values
 # (lower, upper) bounds of the free parameters

@@ -21,9 +21,9 @@ import json
 import math
 from pathlib import Path
 
-from sim.composition import FORWARD_FIELDS
+from sim.calib.composition import FORWARD_FIELDS
 from sim.errors import ConfigError
-from sim.kernel_models import DTYPE_BYTES, KERNELS
+from sim.calib.kernel_models import DTYPE_BYTES, KERNELS
 
 Record = dict
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.model import ModelSpec, linear_ops, lm_head_op
+from sim.model.spec import ModelSpec, linear_ops, lm_head_op
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ import json
 import pytest
 import torch
 
-from sim.engine import Simulation
-from sim.scenario import parse_scenario
-from sim.validate.executor import StepExecutor, attention_mismatches
-from sim.validate.model import TinyLlama, TritonBackend
+from sim.engine.simulation import Simulation
+from sim.config.scenario import parse_scenario
+from realengine.executor import StepExecutor, attention_mismatches
+from realengine.model import TinyLlama, TritonBackend
 
 CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
           "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -62,7 +62,7 @@ def test_triton_engine_matches_dense_attention_through_swaps(tmp_path, transfer)
 
 
 def test_unknown_backend_is_refused(tmp_path) -> None:
-    from sim.model import load_model
+    from sim.model.hf_config import load_model
 
     (tmp_path / "config.json").write_text(json.dumps(CONFIG))
     with pytest.raises(ValueError, match="backend"):

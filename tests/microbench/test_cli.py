@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from microbench.cli import main
-from sim.calibration import CalibrationSource, load_calibration
+from sim.calib.calibration import CalibrationSource, load_calibration
 
 pytest.importorskip("torch")
 
@@ -48,7 +48,7 @@ def test_calibrate_cpu_writes_jsonl_and_a_measured_calibration(cpu_cal: Path) ->
 
 
 def test_sim_run_accepts_the_cpu_calibration(cpu_cal: Path, tmp_path: Path) -> None:
-    from sim.cli import main as sim_main
+    from sim.cli.main import main as sim_main
 
     scenario = Path(__file__).resolve().parents[2] / "scenarios" / "chatbot.yaml"
     rc = sim_main(["run", str(scenario), "--set", f"gpu={cpu_cal}", "--set", "model=tiny-llama",

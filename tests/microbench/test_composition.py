@@ -11,9 +11,9 @@ import yaml
 from microbench.compose import fit_composition, kernel_parts, kernel_sum_s
 from microbench.fit import fit
 from microbench.records import check_record
-from sim.calibration import calibration_from_dict, calibration_to_dict, load_calibration
-from sim.composition import Composition, forward_batch, forward_model
-from sim.cost import build_cost_model, step_time_s
+from sim.calib.calibration import calibration_from_dict, calibration_to_dict, load_calibration
+from sim.calib.composition import Composition, forward_batch, forward_model
+from sim.cost.datasheet import build_cost_model, step_time_s
 from sim.errors import ConfigError
 
 LLAMA = dict(hidden_size=512, num_q_heads=8, num_kv_heads=2, head_dim=64, intermediate_size=1408,
@@ -96,7 +96,7 @@ def test_fit_measures_the_after_idle_factor_against_the_warm_model() -> None:
     assert got.num_records == len(warm) and got.scale == pytest.approx(1.2, rel=1e-6)
     assert got.idle_scale == pytest.approx(1.3, rel=1e-6) and got.idle_s == 0.05 and got.idle_mape < 1e-9
     # the factor applies to steps after at least IDLE_THRESHOLD_S of idleness
-    from sim.composition import IDLE_THRESHOLD_S
+    from sim.calib.composition import IDLE_THRESHOLD_S
 
     parts = kernel_parts(cal, warm[0])
     assert got.apply(parts, 2, idle_before_s=IDLE_THRESHOLD_S) == pytest.approx(1.3 * got.apply(parts, 2))
@@ -104,8 +104,8 @@ def test_fit_measures_the_after_idle_factor_against_the_warm_model() -> None:
 
 
 def test_the_engine_slows_the_first_step_after_a_lull() -> None:
-    from sim.engine import Simulation
-    from sim.scenario import parse_scenario
+    from sim.engine.simulation import Simulation
+    from sim.config.scenario import parse_scenario
 
     def run(idle_scale: float):
         comp = Composition(scale=1.0, idle_scale=idle_scale, idle_s=0.05)
@@ -154,7 +154,7 @@ def test_overlap_form_takes_the_larger_of_host_and_device() -> None:
 
 
 def test_cost_model_applies_the_composition() -> None:
-    from sim.cost_fitted import fitted_step_parts
+    from sim.cost.fitted import fitted_step_parts
 
     cal = _cal()
     comp = Composition(scale=1.5, per_layer_s=1e-4, per_step_s=2e-3)
@@ -252,7 +252,7 @@ def test_sweep_times_whole_steps_and_fits() -> None:
     torch = pytest.importorskip("torch")
     from microbench.calibrate import run_sweep
     from microbench.suites import GRIDS, forward_cases
-    from sim.model import ModelSpec
+    from sim.model.spec import ModelSpec
 
     spec = ModelSpec(name="t", num_layers=3, hidden_size=64, num_attention_heads=4, num_kv_heads=2, head_dim=16,
                      intermediate_size=128, vocab_size=256)

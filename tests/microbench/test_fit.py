@@ -12,7 +12,7 @@ import pytest
 from microbench.fit import build_grid, cross_validate, fit, fit_kernel, mape
 from microbench.records import read_jsonl
 from sim.errors import ConfigError
-from sim.kernel_models import KernelFit, roofline_s, features
+from sim.calib.kernel_models import KernelFit, roofline_s, features
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TRUE = {"bandwidth_bytes_per_s": 2e12, "flops_per_s": 3e14, "x_half": 24.0, "overhead_s": 5e-6,

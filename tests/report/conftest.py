@@ -64,9 +64,9 @@ GRID = ["kv.allocator=contiguous-static,paged", "workload.arrival.rate=10,40",
 @pytest.fixture(scope="session")
 def tiny_sweep(tiny_scenario, tmp_path_factory) -> Path:
     """8 points in-process; (contiguous-static, prefix caching) is an invalid combination."""
-    from sim.executors import run_local
-    from sim.grid import plan_sweep
-    from sim.sweep import run_sweep
+    from sim.sweep.executors import run_local
+    from sim.sweep.grid import plan_sweep
+    from sim.sweep.runner import run_sweep
 
     out = tmp_path_factory.mktemp("sweep")
     plan = plan_sweep(str(tiny_scenario), GRID)

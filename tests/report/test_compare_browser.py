@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sim.cli import main
+from sim.cli.main import main
 
 
 def test_compare_page_overlays_runs(browser, tiny_scenario, tmp_path):

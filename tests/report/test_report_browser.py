@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from sim.cli import main
+from sim.cli.main import main
 
 PLOTS = ("KV cache memory over time", "Engine load", "Preemption and swap events",
          "Latency CDFs", "Request timeline")

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from sim.cli import main  # noqa: E402
+from sim.cli.main import main  # noqa: E402
 
 CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
           "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,

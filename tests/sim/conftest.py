@@ -10,13 +10,23 @@ from pathlib import Path
 
 import pytest
 
-from sim.engine import Simulation
-from sim.metrics import StepLog, summarize
+from sim.engine.simulation import Simulation
+from sim.engine.metrics import StepLog, summarize
 from sim.request import Request, RequestStatus
-from sim.scenario import parse_scenario
+from sim.config.scenario import parse_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "scenarios"
+
+#: A small sweepable scenario (tiny-llama, 40 blocks, 50 requests): the sweep and compare tests'.
+TINY_SWEEP = {
+    "name": "tiny-sweep", "seed": 5, "model": "tiny-llama", "gpu": "a100-80gb",
+    "engine": {"max_model_len": 256, "num_gpu_blocks_override": 40},
+    "kv": {"allocator": "paged", "block_size": 16},
+    "workload": {"num_requests": 50, "arrival": {"type": "poisson", "rate": 40.0},
+                 "prompt_tokens": {"type": "uniform", "low": 20, "high": 120},
+                 "output_tokens": {"type": "uniform", "low": 10, "high": 120}},
+}
 
 
 def new_request(request_id: int, prompt, *, output: int = 1, max_tokens: int | None = None,
@@ -148,3 +158,9 @@ def simulate():
 def assert_drained():
     """``assert_drained(result, summary)``: the end-of-run accounting of a drained run."""
     return check_drained
+
+
+@pytest.fixture(scope="session")
+def tiny_sweep_scenario() -> dict:
+    """A fresh copy per test session; tests write it out, never change it."""
+    return copy.deepcopy(TINY_SWEEP)

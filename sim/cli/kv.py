@@ -1,0 +1,165 @@
+"""``sim kv``: KV cache bytes per token, per block and per sequence; with ``--gpu``, the pool.
+
+Thin: parse, load and validate (ConfigError with source ``<cli>`` and the flag as key),
+compute with sim.model / sim.memory, print a rich table or one JSON object (``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+from sim.errors import ConfigError
+from sim.model.spec import KVDtype, kv_bytes_per_token, max_kv_tokens_per_seq, weight_bytes
+from sim.model.hf_config import load_model
+
+CLI = "<cli>"
+
+
+def add_kv_parser(subparsers: Any) -> None:
+    """Register the ``kv`` subcommand on an argparse subparsers object (sets func=run_kv)."""
+    p = subparsers.add_parser(
+        "kv", help="KV cache bytes per token/block/sequence and, with --gpu, the KV pool",
+        description="How much KV cache a model needs, and with --gpu how many blocks and "
+                    "full-length requests fit (vLLM's startup arithmetic).")
+    p.add_argument("--model", required=True, metavar="NAME_OR_CONFIG",
+                   help="a preset name (see error message for the list) or a HuggingFace config.json")
+    p.add_argument("--kv-dtype", default="bf16", metavar="|".join(d.value for d in KVDtype),
+                   help="KV cache element type (default bf16; fp16 is the same size)")
+    p.add_argument("--quant-group-size", default="64", metavar="N",
+                   help="int8/int4: elements per scale (default 64)")
+    p.add_argument("--block-size", default="16", metavar="N", help="tokens per KV block (default 16)")
+    p.add_argument("--gpu", default=None, metavar="NAME_OR_CAL_YAML",
+                   help="a calibration name (calibrations/NAME.yaml) or path: adds the memory plan")
+    p.add_argument("--max-model-len", default=None, metavar="N",
+                   help="longest sequence (default: the model's max_position_embeddings)")
+    p.add_argument("--gpu-memory-utilization", default="0.9", metavar="F",
+                   help="fraction of GPU memory vLLM may use (default 0.9)")
+    p.add_argument("--max-num-seqs", default="256", metavar="N", help="for the sampler's profiling (default 256)")
+    p.add_argument("--max-num-batched-tokens", default="8192", metavar="N",
+                   help="tokens of the profiling forward pass (default 8192)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.set_defaults(func=run_kv)
+
+
+def _number(value: str, flag: str, kind: type, *, upper: float | None = None) -> Any:
+    try:
+        x = kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(CLI, flag, f"expected {'an integer' if kind is int else 'a number'}, got {value!r}") from None
+    if not x > 0 or (upper is not None and x > upper) or not math.isfinite(x):
+        allowed = f"in (0, {upper}]" if upper is not None else "positive"
+        raise ConfigError(CLI, flag, f"must be {allowed}, got {value}")
+    return x
+
+
+def kv_report(args: argparse.Namespace) -> dict[str, Any]:
+    """Everything ``sim kv`` prints, as a JSON-ready dict (sizes in bytes)."""
+    try:
+        kv_dtype = KVDtype(str(args.kv_dtype).lower())
+    except ValueError:
+        raise ConfigError(CLI, "--kv-dtype", f"got {args.kv_dtype!r}; allowed: "
+                          f"{', '.join(d.value for d in KVDtype)}") from None
+    group = _number(args.quant_group_size, "--quant-group-size", int)
+    block_size = _number(args.block_size, "--block-size", int)
+    util = _number(args.gpu_memory_utilization, "--gpu-memory-utilization", float, upper=1.0)
+    model = load_model(args.model, source=CLI, key="--model")
+    max_model_len = (_number(args.max_model_len, "--max-model-len", int)
+                     if args.max_model_len is not None else model.max_position_embeddings)
+    per_token = kv_bytes_per_token(model, kv_dtype, quant_group_size=group)
+    per_block = math.ceil(per_token * block_size)
+    out: dict[str, Any] = {
+        "model": model.name, "kv_dtype": kv_dtype.value, "block_size": block_size,
+        "quant_group_size": group if kv_dtype.has_group_scales else None,
+        "bytes_per_token": per_token, "bytes_per_block": per_block,
+        "is_mla": model.is_mla, "sliding_window": model.sliding_window,
+        "num_params": model.num_params, "weight_bytes": weight_bytes(model),
+        "max_model_len": max_model_len,
+    }
+    if max_model_len is not None:
+        seq_tokens = max_kv_tokens_per_seq(model, max_model_len)
+        blocks = math.ceil(seq_tokens / block_size)
+        out |= {"max_kv_tokens_per_seq": seq_tokens, "blocks_per_seq": blocks,
+                "bytes_per_seq": blocks * per_block}
+    if args.gpu is not None:
+        out |= _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len)
+    return out
+
+
+def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len) -> dict[str, Any]:
+    from sim.calib.calibration import load_calibration  # noqa: PLC0415
+    from sim.model.memory import plan_memory  # noqa: PLC0415
+
+    if max_model_len is None:
+        raise ConfigError(CLI, "--max-model-len", "required with --gpu: the model config has no "
+                          "max_position_embeddings")
+    cal = load_calibration(args.gpu, source=CLI, key="--gpu")
+    try:
+        plan = plan_memory(model, cal.memory_bytes, gpu_memory_utilization=util, block_size=block_size,
+                           kv_dtype=kv_dtype, max_model_len=max_model_len, quant_group_size=group,
+                           max_num_seqs=_number(args.max_num_seqs, "--max-num-seqs", int),
+                           max_num_batched_tokens=_number(args.max_num_batched_tokens,
+                                                          "--max-num-batched-tokens", int),
+                           source=CLI)
+    except ConfigError as exc:  # name the flag the user can change
+        raise ConfigError(CLI, "--" + exc.key.replace("_", "-"), exc.message) from None
+    return {
+        "gpu": cal.name, "gpu_name": cal.gpu_name, "gpu_memory_bytes": plan.gpu_memory_bytes,
+        "gpu_memory_utilization": plan.gpu_memory_utilization,
+        "activation_peak_bytes": plan.activation_peak_bytes,
+        "runtime_overhead_bytes": plan.runtime_overhead_bytes, "kv_pool_bytes": plan.kv_pool_bytes,
+        "num_gpu_blocks": plan.num_gpu_blocks, "pool_tokens": plan.pool_tokens,
+        "max_full_length_seqs": plan.max_full_length_seqs, "max_concurrency": plan.max_concurrency,
+        "fits_one_sequence": plan.max_full_length_seqs >= 1,
+    }
+
+
+def _human_bytes(n: float) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:,.2f} {unit} ({n:,.0f} B)"
+    return f"{n:,} B"
+
+
+def _print_table(r: dict[str, Any]) -> None:
+    from rich.console import Console  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+
+    table = Table(title=f"KV cache: {r['model']} ({r['kv_dtype']}, block_size {r['block_size']})")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    rows = [("bytes per token", _human_bytes(r["bytes_per_token"])),
+            ("bytes per block", _human_bytes(r["bytes_per_block"]))]
+    if "bytes_per_seq" in r:
+        seq = f"per max_model_len sequence ({r['max_model_len']:,} tokens"
+        if r["max_kv_tokens_per_seq"] < r["max_model_len"]:
+            seq += f", window {r['max_kv_tokens_per_seq']:,}"
+        rows.append((seq + ")", _human_bytes(r["bytes_per_seq"])))
+    rows.append(("weights (2 bytes/param)", _human_bytes(r["weight_bytes"])))
+    if "num_gpu_blocks" in r:
+        rows += [("GPU", f"{r['gpu_name']} ({_human_bytes(r['gpu_memory_bytes'])})"),
+                 ("gpu_memory_utilization", f"{r['gpu_memory_utilization']}"),
+                 ("activation peak (estimate)", _human_bytes(r["activation_peak_bytes"])),
+                 ("runtime overhead", _human_bytes(r["runtime_overhead_bytes"])),
+                 ("KV pool", _human_bytes(r["kv_pool_bytes"])),
+                 ("num_gpu_blocks", f"{r['num_gpu_blocks']:,}"),
+                 ("pool tokens", f"{r['pool_tokens']:,}"),
+                 ("full-length requests at once", f"{r['max_full_length_seqs']:,}")]
+    for name, value in rows:
+        table.add_row(name, value)
+    console = Console()
+    console.print(table)
+    if r.get("fits_one_sequence") is False:
+        console.print("[bold red]warning:[/] one max_model_len sequence does not fit: vLLM would refuse to start")
+
+
+def run_kv(args: argparse.Namespace) -> int:
+    """Print the report; return 0. Bad input raises ConfigError (the CLI prints it, exits 2)."""
+    report = kv_report(args)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        _print_table(report)
+    return 0

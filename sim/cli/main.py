@@ -1,0 +1,98 @@
+"""``sim``: the command line. Thin: parse, load and validate, run, write.
+
+Bad input of any kind ends in one line ``error: <file>: <key.path>: <what is allowed>``
+on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from sim.errors import cli_exit_code
+
+
+def _add_run_parser(sub) -> None:
+    p = sub.add_parser("run", help="simulate a scenario and write summary, CSVs and a report")
+    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("--out", default=None, help="output folder (default: runs/<scenario name>)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override a scenario key, e.g. --set kv.block_size=32 (repeatable)")
+    p.add_argument("--no-report", action="store_true", help="skip report.html")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    p.add_argument("--json", action="store_true", help="print summary.json to stdout")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from sim.cli.kv import add_kv_parser
+    from sim.cli.sweep import add_compare_parser, add_sweep_parser
+    from validation.cli import add_validate_parser
+
+    parser = argparse.ArgumentParser(
+        prog="sim", description="kvsim: what will my LLM server do with its GPU memory?")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_run_parser(sub)
+    add_kv_parser(sub)
+    add_sweep_parser(sub)
+    add_compare_parser(sub)
+    add_validate_parser(sub)
+    return parser
+
+
+def _run(args) -> int:
+    from sim.engine.simulation import Simulation
+    from sim.engine.metrics import summarize
+    from sim.outputs.files import write_run
+    from sim.config.scenario import load_scenario
+    from sim.outputs.table import print_summary, progress_bar
+
+    sc = load_scenario(args.scenario, args.overrides)
+    out_dir = Path(args.out) if args.out else Path("runs") / sc.name
+    sim = Simulation(sc)
+    show = not args.quiet and not args.json and sys.stderr.isatty()
+    with progress_bar(show, len(sim.sessions)) as progress:
+        sim.progress = progress
+        result = sim.run()
+    summary = summarize(result)
+    report = None
+    if not args.no_report:
+        from sim.outputs.report import render_report
+
+        report = render_report(result, summary, sim.cal)
+    write_run(out_dir, summary, result, report)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    elif not args.quiet:
+        print_summary(summary, out_dir, report=report is not None)
+    return 0
+
+
+def _dispatch(args) -> int:
+    if args.command == "run":
+        return _run(args)
+    if args.command == "sweep":
+        from sim.cli.sweep import run_sweep_command
+
+        return run_sweep_command(args)
+    if args.command == "compare":
+        from sim.outputs.compare import run_compare
+
+        return run_compare(args)
+    if args.command == "validate":
+        from validation.cli import run_validate
+
+        return run_validate(args)
+    from sim.cli.kv import run_kv
+
+    return run_kv(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return cli_exit_code(lambda: _dispatch(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

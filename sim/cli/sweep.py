@@ -1,0 +1,92 @@
+"""The command lines of ``sim sweep`` and ``sim compare`` (parse, validate, run, write).
+
+Parsers import nothing heavy: building them must stay cheap for every ``sim`` call.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+from sim.errors import ConfigError
+
+
+def add_sweep_parser(sub) -> None:
+    p = sub.add_parser(
+        "sweep", help="run a scenario over a grid of overrides; write results.csv and whatif.html",
+        description="Run the cartesian product of the --grid values. A key or value that fails in "
+                    "every point stops the sweep before anything runs (exit 2); a combination that "
+                    "fails is recorded in results.csv with its error and the sweep goes on.")
+    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("--grid", action="append", default=[], metavar="KEY.PATH=V1,V2,...",
+                   help="a key and its values, e.g. --grid kv.block_size=8,16,32 (repeatable)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override a scenario key in every point (repeatable)")
+    p.add_argument("--out", default=None, help="output folder (default: sweeps/<scenario name>)")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="parallel points (default: the CPU count)")
+    p.add_argument("--resume", action="store_true",
+                   help="reuse the finished points in --out and run only the others")
+    p.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="local process pool (default) or Ray")
+    p.add_argument("--ray-address", default=None,
+                   help="a Ray cluster's address (default: start a local Ray)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or summary line")
+
+
+def add_compare_parser(sub) -> None:
+    p = sub.add_parser("compare", help="overlay finished runs; write compare.html and print a table")
+    p.add_argument("runs", nargs="+", metavar="DIR", help="folders written by `sim run`")
+    p.add_argument("--out", default="compare.html", help="HTML file to write (default: compare.html)")
+    p.add_argument("--quiet", action="store_true", help="no table")
+
+
+@contextmanager
+def _progress(show: bool, total: int, already: int):
+    if not show:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("points"),
+               TextColumn("{task.fields[errors]} failed"), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("sweep", total=total, completed=already, errors=0)
+        failed = [0]
+
+        def update(record: dict) -> None:
+            failed[0] += record["status"] != "ok"
+            bar.update(task, advance=1, errors=failed[0])
+
+        yield update
+
+
+def run_sweep_command(args) -> int:
+    from sim.sweep.executors import ExecutorKind, make_executor
+    from sim.sweep.grid import plan_sweep
+    from sim.sweep.runner import load_records, points_dir, run_sweep
+
+    executor = make_executor(ExecutorKind(args.executor), args.workers, args.ray_address)
+    plan = plan_sweep(args.scenario, args.grid, args.overrides)
+    name = plan.points[0].data.get("name") or Path(args.scenario).stem
+    out_dir = Path(args.out) if args.out else Path("sweeps") / str(name)
+    if not args.resume and load_records(out_dir):
+        raise ConfigError(str(points_dir(out_dir)), "--out",
+                          "already holds a sweep's points; pass --resume to continue it, or another --out")
+    done = len(set(load_records(out_dir)) & {p.point_id for p in plan.points}) if args.resume else 0
+    show = not args.quiet and sys.stderr.isatty()
+    try:
+        with _progress(show, len(plan.points), done) as progress:
+            stats = run_sweep(plan, out_dir, executor, resume=args.resume, on_done=progress)
+    except KeyboardInterrupt:
+        print(f"error: interrupted; finished points are kept in {points_dir(out_dir)}; "
+              "rerun with --resume to continue", file=sys.stderr)
+        return 130
+    if not args.quiet:
+        print(f"{stats.num_points} points: computed {stats.num_computed}, reused {stats.num_reused}, "
+              f"invalid {stats.num_invalid}, crashed {stats.num_errors}; wrote {out_dir}/results.csv "
+              f"and {out_dir}/whatif.html")
+    return 0

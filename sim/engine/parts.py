@@ -1,0 +1,170 @@
+"""Assembling an engine from a scenario: the parts both engines share.
+
+The SimPy simulator (``engine.py``) and the real engine of ``sim validate`` are built
+from the very same objects: memory plan, cost model, allocator, swap space, preemptor,
+scheduler, workload, and the :class:`SessionDriver` that turns sessions into requests.
+Only the clock and the step executor differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.calib.calibration import load_calibration
+from sim.cost.datasheet import CostModel, build_cost_model
+from sim.errors import ConfigError
+from sim.kv import make_allocator
+from sim.kv.swap import SwapSpace
+from sim.kv.token_budget import TokenBudget, TokenEviction
+from sim.model.memory import MemoryPlan, check_fits_one_sequence, plan_memory
+from sim.model.spec import KVDtype, ModelSpec
+from sim.model.hf_config import load_model
+from sim.request import Request
+from sim.config.scenario import Scenario, WhenKVFull
+from sim.sched import make_scheduler
+from sim.sched.preemption import Preemptor
+from sim.sched.victim import RemainingOutputModel, VictimPolicy
+from sim.workload.generate import SessionSpec, build_workload, read_column, sample_lengths
+
+DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+
+
+def relative_to_scenario(sc: Scenario, ref: str) -> str:
+    """A file path in a scenario is relative to the scenario's folder; a name stays a name."""
+    path = sc.resolve(ref)
+    return str(path) if ("/" in ref or ref.endswith((".json", ".yaml", ".yml"))) and path.exists() else ref
+
+
+def build_plan(sc: Scenario):
+    """Model, calibration and memory plan of a scenario (ConfigError on bad input)."""
+    src = sc.source_path
+    model = load_model(relative_to_scenario(sc, sc.model), source=src)
+    cal = load_calibration(relative_to_scenario(sc, sc.gpu), source=src, key="gpu")
+    eng = sc.engine
+    plan = plan_memory(
+        model, cal.memory_bytes, gpu_memory_utilization=eng.gpu_memory_utilization,
+        block_size=sc.kv.block_size, kv_dtype=KVDtype(eng.kv_dtype),
+        weight_dtype_bytes=DTYPE_BYTES[eng.weight_dtype],
+        max_num_batched_tokens=sc.max_num_batched_tokens, max_num_seqs=sc.scheduler.max_num_seqs,
+        max_model_len=eng.max_model_len, activation_peak_bytes=eng.activation_peak_bytes,
+        runtime_overhead_bytes=eng.runtime_overhead_bytes, quant_group_size=eng.kv_quant_group_size,
+        num_gpu_blocks_override=eng.num_gpu_blocks_override, source=src,
+    )
+    budget = token_budget(sc, model)
+    plan = dataclasses.replace(plan, max_kv_tokens_per_seq=budget.kept_tokens(eng.max_model_len))
+    check_fits_one_sequence(plan, eng.max_model_len, source=src)
+    return model, cal, plan
+
+
+def token_budget(sc: Scenario, model) -> TokenBudget:
+    """The scenario's token-level KV budget; a model's native sliding window applies
+    automatically when the scenario sets none."""
+    budget = sc.kv.token_eviction.budget()
+    window = model.sliding_window
+    if budget.policy == TokenEviction.NONE and window and window < sc.engine.max_model_len:
+        if sc.kv.prefix_caching:
+            raise ConfigError(sc.source_path, "kv.prefix_caching", (
+                f"{model.name} uses sliding-window attention ({window} tokens), whose evicted "
+                "tokens break shared prefixes; prefix caching with it is not modelled: set "
+                f"kv.prefix_caching: false or engine.max_model_len <= {window}"))
+        budget = TokenBudget(TokenEviction.SLIDING_WINDOW, window_tokens=window)
+    return budget
+
+
+def remaining_output_model(sc: Scenario) -> RemainingOutputModel:
+    """The output-length distribution the ``longest-remaining`` victim policy may know:
+    a fresh sample of the workload's distribution (the trace's column for a replay)."""
+    wl = sc.workload
+    if wl.trace is not None:
+        return RemainingOutputModel(read_column(str(sc.resolve(wl.trace.path)), "num_decode_tokens"))
+    rng = np.random.default_rng([sc.seed, 1])  # independent of the workload's own draws
+    return RemainingOutputModel(sample_lengths(wl.output_tokens, 20_000, rng, sc))
+
+
+@dataclass
+class EngineParts:
+    """Everything an engine needs besides a clock and a step executor."""
+
+    sc: Scenario
+    model: ModelSpec
+    cal: object
+    plan: MemoryPlan
+    cost: CostModel
+    budget: TokenBudget
+    allocator: object
+    swap: SwapSpace
+    preemptor: Preemptor
+    scheduler: object
+    sessions: list[SessionSpec]
+
+
+def build_parts(sc: Scenario) -> EngineParts:
+    """Fresh parts for one run of ``sc`` (ConfigError on bad input)."""
+    model, cal, plan = build_plan(sc)
+    cost = build_cost_model(model, cal, KVDtype(sc.engine.kv_dtype),
+                            weight_dtype_bytes=DTYPE_BYTES[sc.engine.weight_dtype],
+                            quant_group_size=sc.engine.kv_quant_group_size)
+    budget = token_budget(sc, model)
+    allocator = make_allocator(
+        sc.kv.allocator, num_blocks=plan.num_gpu_blocks, block_size=sc.kv.block_size,
+        max_kv_tokens=plan.max_kv_tokens_per_seq, prefix_caching=sc.kv.prefix_caching,
+        eviction=sc.kv.prefix_cache_eviction, budget=budget)
+    swap = SwapSpace(int(sc.kv.swap_space_gb * 2**30))
+    preemptor = Preemptor(sc.scheduler.preemption, allocator, swap,
+                          bytes_per_slot=plan.bytes_per_block / plan.block_size,
+                          copies_per_block=model.num_layers * (1 if model.is_mla else 2),
+                          transfer=sc.kv.swap_transfer)
+    scheduler = make_scheduler(
+        sc.scheduler.policy, allocator, preemptor,
+        max_num_seqs=sc.scheduler.max_num_seqs,
+        max_num_batched_tokens=sc.max_num_batched_tokens,
+        max_model_len=sc.engine.max_model_len,
+        reject_when_full=sc.scheduler.when_kv_full == WhenKVFull.REJECT,
+        victim_policy=sc.scheduler.preemption_victim,
+        remaining=(remaining_output_model(sc)
+                   if sc.scheduler.preemption_victim == VictimPolicy.LONGEST_REMAINING else None),
+        watermark_slots=int(sc.scheduler.watermark * plan.num_gpu_blocks * plan.block_size))
+    sessions = build_workload(sc, np.random.default_rng(sc.seed))
+    return EngineParts(sc, model, cal, plan, cost, budget, allocator, swap, preemptor,
+                       scheduler, sessions)
+
+
+class SessionDriver:
+    """Turns sessions into requests. Turn k's prompt is the session's shared prefix (if
+    any), the previous turns' prompts and answers, and the turn's new user tokens; its
+    ``max_tokens`` is the workload's, clipped to ``max_model_len`` minus the prompt."""
+
+    def __init__(self, sc: Scenario, scheduler) -> None:
+        self.sc = sc
+        self.scheduler = scheduler
+        self.requests: list[Request] = []  # every request made, in arrival order
+        self._history: dict[int, tuple] = {}  # session_id -> segments of the last turn + answer
+
+    def submit(self, session: SessionSpec, turn: int, now: float) -> bool:
+        """Make turn ``turn`` of ``session`` arrive at ``now``; False if it was rejected."""
+        spec = session.turns[turn]
+        history = self._history.get(session.session_id)
+        if history is None:
+            history = (session.prefix,) if session.prefix is not None else ()
+        segments = history + ((session.first_segment + turn, spec.user_tokens),)
+        num_prompt = sum(n for _, n in segments)
+        room = self.sc.engine.max_model_len - num_prompt
+        max_tokens = min(self.sc.workload.max_tokens or room, room) if room > 0 else 1
+        req = Request(len(self.requests), now, segments, max_tokens,
+                      max(1, min(spec.output_tokens, max_tokens)), session=session, turn=turn)
+        req.prefix_len = session.prefix[1] if session.prefix is not None else 0
+        self.requests.append(req)
+        return self.scheduler.add_request(req)
+
+    def next_turn(self, req: Request) -> tuple[SessionSpec, int, float] | None:
+        """After ``req`` finished: (session, next turn, think time), or None if it was the last."""
+        session = req.session
+        nxt = req.turn + 1
+        if nxt < len(session.turns):
+            self._history[session.session_id] = req.segments()
+            return session, nxt, session.turns[nxt].think_time_s
+        self._history.pop(session.session_id, None)
+        return None

@@ -1,0 +1,183 @@
+"""KV pool sizing the way vLLM does it at startup.
+
+vLLM loads the weights, runs one profiling forward pass of ``max_num_batched_tokens``
+tokens (plus a sampler pass over ``max_num_seqs`` rows), and gives the KV cache whatever
+is left of ``gpu_memory_utilization`` x total memory::
+
+    kv_pool_bytes   = gpu_memory_bytes x gpu_memory_utilization
+                      - weight_bytes - activation_peak_bytes - runtime_overhead_bytes
+    bytes_per_block = ceil(bytes_per_token x block_size)
+    num_gpu_blocks  = floor(kv_pool_bytes / bytes_per_block)
+
+If the pool is empty vLLM refuses to start (``plan_memory`` raises ConfigError). If it
+cannot hold one ``max_model_len`` sequence vLLM refuses too; that check is separate
+(``check_fits_one_sequence``) so a simulator can choose to run anyway.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sim.errors import ConfigError
+from sim.model.spec import (
+    KVDtype, MlpKind, ModelSpec, kv_bytes_per_token, linear_ops, max_kv_tokens_per_seq, weight_bytes)
+
+GIB = 1 << 30
+
+#: Memory outside PyTorch's allocator that vLLM cannot give to the KV cache: the CUDA
+#: context (~0.3-0.5 GiB), cuBLAS/cuBLASLt workspaces, NCCL buffers and allocator
+#: fragmentation. 768 MiB is a middle of the 0.5-1 GiB range seen on recent drivers.
+DEFAULT_RUNTIME_OVERHEAD_BYTES = 768 << 20
+
+#: fp32 copies of the sampler's [max_num_seqs, vocab] tensor alive at its peak (logits and
+#: probabilities).
+SAMPLER_FP32_COPIES = 2
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """The outcome of vLLM's startup memory profiling. Sizes in bytes."""
+
+    gpu_memory_bytes: int
+    gpu_memory_utilization: float
+    weight_bytes: int
+    activation_peak_bytes: int
+    runtime_overhead_bytes: int
+    kv_pool_bytes: int  # budget left for the KV cache (may exceed num_gpu_blocks x bytes_per_block)
+    kv_dtype: KVDtype
+    bytes_per_token: int | float
+    block_size: int
+    bytes_per_block: int
+    num_gpu_blocks: int
+    max_model_len: int
+    max_kv_tokens_per_seq: int  # min(max_model_len, sliding_window)
+
+    @property
+    def pool_tokens(self) -> int:
+        """KV tokens the pool holds: num_gpu_blocks x block_size."""
+        return self.num_gpu_blocks * self.block_size
+
+    @property
+    def blocks_per_full_seq(self) -> int:
+        """Blocks one sequence needs at its longest (max_kv_tokens_per_seq tokens)."""
+        return math.ceil(self.max_kv_tokens_per_seq / self.block_size)
+
+    @property
+    def max_full_length_seqs(self) -> int:
+        """Sequences that fit at once if each grows to its longest (whole blocks each)."""
+        return self.num_gpu_blocks // self.blocks_per_full_seq
+
+    @property
+    def max_concurrency(self) -> float:
+        """vLLM's logged 'Maximum concurrency': pool_tokens / max_kv_tokens_per_seq."""
+        return self.pool_tokens / self.max_kv_tokens_per_seq
+
+
+def estimate_activation_peak_bytes(model: ModelSpec, *, max_num_batched_tokens: int,
+                                  max_num_seqs: int, dtype_bytes: float = 2) -> int:
+    """Estimate of the activation peak vLLM's profiling run measures, in bytes.
+
+    Per token, in the weight dtype: the residual stream and the hidden states
+    (2 x hidden_size) plus the widest moment inside a layer, whichever is larger of
+      attention: q, k, v (or MLA's projections) and the attention output;
+      MLP: gate+up output and the activated intermediate (3 x intermediate_size; OPT's
+      fc1 output and activation, 2 x ffn_dim); MoE layers: that for each of the top-k
+      routed experts and for the shared experts, plus the router logits.
+    Times ``max_num_batched_tokens``; plus the sampler: ``max_num_seqs`` x vocab_size x
+    4 bytes x SAMPLER_FP32_COPIES. An estimate: the true peak depends on kernels and fusion.
+    """
+    ops = {op.name: op for op in linear_ops(model)}
+    attn = sum(ops[n].n for n in ("qkv", "q", "q_b", "kv_a", "kv_b") if n in ops)
+    attn += model.num_attention_heads * (model.v_head_dim or model.head_dim)
+    mlp_factor = 3 if model.mlp is MlpKind.GATED else 2
+    mlp = mlp_factor * model.intermediate_size if model.num_dense_mlp_layers else 0
+    if model.is_moe:
+        moe = 3 * model.moe_intermediate_size * (model.num_experts_per_tok + model.num_shared_experts)
+        mlp = max(mlp, moe + model.num_experts)
+    per_token = 2 * model.hidden_size + max(attn, mlp)
+    hidden = math.ceil(max_num_batched_tokens * per_token * dtype_bytes)
+    return hidden + max_num_seqs * model.vocab_size * 4 * SAMPLER_FP32_COPIES
+
+
+def _gib(x: float) -> str:
+    return f"{x / GIB:.2f} GiB"
+
+
+def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilization: float = 0.9,
+                block_size: int = 16, kv_dtype: KVDtype | str = KVDtype.BF16,
+                weight_dtype_bytes: float = 2, max_num_batched_tokens: int = 8192,
+                max_num_seqs: int = 256, max_model_len: int,
+                activation_peak_bytes: int | None = None, runtime_overhead_bytes: int | None = None,
+                quant_group_size: int = 64, num_gpu_blocks_override: int | None = None,
+                source: str = "<cli>") -> MemoryPlan:
+    """Size the KV pool; raise ConfigError(source, key, ...) for bad arguments or no room.
+
+    ``activation_peak_bytes`` / ``runtime_overhead_bytes`` default to this module's
+    estimates. ``num_gpu_blocks_override`` replaces the computed block count (vLLM's option
+    of that name) but the pool must still be positive.
+    """
+    _require(0 < gpu_memory_utilization <= 1, source, "gpu_memory_utilization",
+             f"must be in (0, 1], got {gpu_memory_utilization}")
+    for key, value in (("gpu_memory_bytes", gpu_memory_bytes), ("block_size", block_size),
+                       ("max_num_batched_tokens", max_num_batched_tokens),
+                       ("max_num_seqs", max_num_seqs), ("max_model_len", max_model_len),
+                       ("quant_group_size", quant_group_size), ("weight_dtype_bytes", weight_dtype_bytes)):
+        _require(value > 0, source, key, f"must be positive, got {value}")
+    if num_gpu_blocks_override is not None:
+        _require(num_gpu_blocks_override > 0, source, "num_gpu_blocks_override",
+                 f"must be positive, got {num_gpu_blocks_override}")
+    try:
+        dtype = KVDtype(kv_dtype)
+    except ValueError:
+        raise ConfigError(source, "kv_dtype", f"got {kv_dtype!r}; allowed: "
+                          f"{', '.join(d.value for d in KVDtype)}") from None
+    weights = weight_bytes(model, weight_dtype_bytes)
+    if activation_peak_bytes is None:
+        activation_peak_bytes = estimate_activation_peak_bytes(
+            model, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+            dtype_bytes=weight_dtype_bytes)
+    if runtime_overhead_bytes is None:
+        runtime_overhead_bytes = DEFAULT_RUNTIME_OVERHEAD_BYTES
+    budget = gpu_memory_bytes * gpu_memory_utilization
+    pool = math.floor(budget - weights - activation_peak_bytes - runtime_overhead_bytes)
+    per_token = kv_bytes_per_token(model, dtype, quant_group_size=quant_group_size)
+    per_block = math.ceil(per_token * block_size)
+    if pool <= 0 or (num_gpu_blocks_override is None and pool < per_block):
+        raise ConfigError(source, "gpu_memory_utilization", (
+            f"no memory left for the KV cache: {gpu_memory_utilization} x {_gib(gpu_memory_bytes)}"
+            f" = {_gib(budget)}, minus weights {_gib(weights)} ({model.name}), activations"
+            f" {_gib(activation_peak_bytes)}, runtime overhead {_gib(runtime_overhead_bytes)}"
+            f" leaves {_gib(pool)}; use a bigger GPU, a smaller model or lower max_num_batched_tokens,"
+            f" or raise gpu_memory_utilization"))
+    num_blocks = num_gpu_blocks_override or pool // per_block
+    return MemoryPlan(
+        gpu_memory_bytes=gpu_memory_bytes, gpu_memory_utilization=gpu_memory_utilization,
+        weight_bytes=weights, activation_peak_bytes=activation_peak_bytes,
+        runtime_overhead_bytes=runtime_overhead_bytes, kv_pool_bytes=pool, kv_dtype=dtype,
+        bytes_per_token=per_token, block_size=block_size, bytes_per_block=per_block,
+        num_gpu_blocks=num_blocks, max_model_len=max_model_len,
+        max_kv_tokens_per_seq=max_kv_tokens_per_seq(model, max_model_len))
+
+
+def check_fits_one_sequence(plan: MemoryPlan, max_model_len: int, source: str = "<cli>") -> None:
+    """Raise ConfigError(source, "max_model_len", ...) unless one longest sequence fits.
+
+    A sequence needs ceil(min(max_model_len, sliding_window) / block_size) blocks; vLLM
+    refuses to start when the pool has fewer.
+    """
+    tokens = max_model_len
+    if plan.max_kv_tokens_per_seq < plan.max_model_len:  # sliding window: the plan knows it
+        tokens = min(max_model_len, plan.max_kv_tokens_per_seq)
+    needed = math.ceil(tokens / plan.block_size)
+    if needed > plan.num_gpu_blocks:
+        raise ConfigError(source, "max_model_len", (
+            f"one sequence of {max_model_len} tokens needs {needed} KV blocks"
+            f" ({_gib(needed * plan.bytes_per_block)}) but the pool has {plan.num_gpu_blocks}"
+            f" ({_gib(plan.kv_pool_bytes)}); set max_model_len <= {plan.pool_tokens}"
+            f" or free memory (gpu_memory_utilization, a smaller model or KV dtype)"))
+
+
+def _require(ok: bool, source: str, key: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(source, key, message)

@@ -1,0 +1,291 @@
+"""Model shapes: what a checkpoint costs in weights, KV cache bytes and FLOPs.
+
+A ``ModelSpec`` is the handful of config.json numbers that decide memory and compute.
+Presets live in ``sim/data/models.yaml`` as verbatim subsets of each checkpoint's
+HuggingFace config.json, so ``load_model("llama-3-8b")`` and
+``load_model("path/to/config.json")`` go through the one parser, ``spec_from_hf_config``.
+
+KV cache bytes per token (the number everything else is built on)::
+
+    standard / GQA attention:  2 (K and V) x num_layers x num_kv_heads x head_dim x bytes_per_element
+    MLA (DeepSeek-V2/V3):      num_layers x (kv_lora_rank + qk_rope_head_dim) x bytes_per_element
+
+MLA caches one compressed latent per layer and token instead of K and V; e.g.
+deepseek-v2-lite at bf16 is 27 x 576 x 2 = 31,104 bytes per token.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class KVDtype(StrEnum):
+    """Element type of the KV cache. int8/int4 carry per-group scales (see kv_bytes_per_token)."""
+
+    FP16 = "fp16"
+    BF16 = "bf16"
+    FP8 = "fp8"
+    INT8 = "int8"
+    INT4 = "int4"
+
+    @property
+    def bytes_per_element(self) -> float:
+        return _KV_DTYPE_BYTES[self]
+
+    @property
+    def has_group_scales(self) -> bool:
+        """True for int8/int4: one scale per quant group. fp8 uses per-tensor scales (as vLLM)."""
+        return self in (KVDtype.INT8, KVDtype.INT4)
+
+
+_KV_DTYPE_BYTES = {KVDtype.FP16: 2, KVDtype.BF16: 2, KVDtype.FP8: 1, KVDtype.INT8: 1, KVDtype.INT4: 0.5}
+
+
+class MlpKind(StrEnum):
+    """``gated``: down(silu(gate(x)) * up(x)) (llama family). ``plain``: fc2(relu(fc1(x))) (OPT)."""
+
+    GATED = "gated"
+    PLAIN = "plain"
+
+
+class NormKind(StrEnum):
+    RMS = "rms"  # weight only
+    LAYER = "layer"  # weight and bias
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Shapes of a decoder-only transformer. Counts are per model unless named per layer.
+
+    MLA models set ``kv_lora_rank`` (then ``qk_nope_head_dim``, ``qk_rope_head_dim``,
+    ``v_head_dim`` are required and ``head_dim`` is nope + rope). MoE models set
+    ``num_experts`` > 0: layers ``i >= first_k_dense_replace`` with ``i % moe_layer_freq == 0``
+    use ``num_experts`` routed experts of ``moe_intermediate_size`` (``num_experts_per_tok``
+    per token) plus ``num_shared_experts`` always-on ones; the other layers use a dense MLP
+    of ``intermediate_size``.
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool = False
+    sliding_window: int | None = None
+    max_position_embeddings: int | None = None
+    mlp: MlpKind = MlpKind.GATED
+    norm: NormKind = NormKind.RMS
+    qkv_bias: bool = False  # Qwen2, OPT
+    linear_bias: bool = False  # bias on o_proj and MLP too (OPT)
+    num_learned_positions: int = 0  # learned position embedding rows (OPT: max_pos + 2)
+    word_embed_proj_dim: int | None = None  # OPT: embeddings narrower than hidden_size
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int | None = None
+    num_shared_experts: int = 0
+    first_k_dense_replace: int = 0
+    moe_layer_freq: int = 1
+
+    def __post_init__(self) -> None:
+        for f in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
+                  "head_dim", "intermediate_size", "vocab_size"):
+            if getattr(self, f) <= 0:
+                raise ValueError(f"{f} must be positive, got {getattr(self, f)}")
+        if self.sliding_window is not None and self.sliding_window <= 0:
+            raise ValueError(f"sliding_window must be positive or None, got {self.sliding_window}")
+        if self.is_mla and None in (self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim):
+            raise ValueError("MLA needs qk_nope_head_dim, qk_rope_head_dim and v_head_dim")
+        if self.is_moe and (self.num_experts_per_tok <= 0 or not self.moe_intermediate_size):
+            raise ValueError("MoE needs num_experts_per_tok and moe_intermediate_size")
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        if not self.is_moe:
+            return 0
+        return sum(1 for i in range(self.first_k_dense_replace, self.num_layers)
+                   if i % self.moe_layer_freq == 0)
+
+    @property
+    def num_dense_mlp_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def embed_dim(self) -> int:
+        return self.word_embed_proj_dim or self.hidden_size
+
+    @property
+    def num_params(self) -> int:
+        """All parameters, every expert included (what the weights occupy)."""
+        matmul = sum(op.k * op.n * op.num_experts * op.num_layers for op in linear_ops(self))
+        embed = self.vocab_size * self.embed_dim + self.num_learned_positions * self.hidden_size
+        if self.embed_dim != self.hidden_size:  # OPT project_in / project_out
+            embed += 2 * self.embed_dim * self.hidden_size
+        lm_head = 0 if self.tie_word_embeddings else self.vocab_size * self.embed_dim
+        return matmul + embed + lm_head + self._num_bias_and_norm_params()
+
+    @property
+    def num_active_params(self) -> int:
+        """Parameters a token's forward pass uses: all but the routed experts it skips."""
+        skipped = 0
+        for op in linear_ops(self):
+            if op.num_experts > 1:
+                skipped += op.k * op.n * (op.num_experts - op.experts_per_tok) * op.num_layers
+        return self.num_params - skipped
+
+    def _num_bias_and_norm_params(self) -> int:
+        per_norm = self.hidden_size * (2 if self.norm is NormKind.LAYER else 1)
+        total = (2 * self.num_layers + 1) * per_norm  # two per layer + the final norm
+        if self.is_mla:  # RMSNorms inside the MLA projections
+            total += self.num_layers * (self.kv_lora_rank + (self.q_lora_rank or 0))
+        if self.qkv_bias:
+            total += self.num_layers * (self.num_attention_heads + 2 * self.num_kv_heads) * self.head_dim
+        if self.linear_bias:
+            total += self.num_layers * self.hidden_size  # o_proj
+            mlp_out = self.intermediate_size * (2 if self.mlp is MlpKind.GATED else 1)
+            total += self.num_dense_mlp_layers * (mlp_out + self.hidden_size)
+        return total
+
+
+@dataclass(frozen=True)
+class LinearOp:
+    """One weight matrix applied to the tokens of a step: y[m, n] = x[m, k] @ W[k, n].
+
+    Present in ``num_layers`` layers. A routed-expert op has ``num_experts`` copies of W,
+    of which each token uses ``experts_per_tok``; dense ops have 1 and 1.
+    """
+
+    name: str
+    k: int
+    n: int
+    num_layers: int
+    num_experts: int = 1
+    experts_per_tok: int = 1
+
+
+def linear_ops(model: ModelSpec) -> tuple[LinearOp, ...]:
+    """The per-layer GEMMs of ``model`` (attention projections and MLP), lm_head excluded."""
+    L, h, H = model.num_layers, model.hidden_size, model.num_attention_heads
+    if model.is_mla:
+        qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+        if model.q_lora_rank:
+            attn = [LinearOp("q_a", h, model.q_lora_rank, L),
+                    LinearOp("q_b", model.q_lora_rank, H * qk, L)]
+        else:
+            attn = [LinearOp("q", h, H * qk, L)]
+        attn += [LinearOp("kv_a", h, model.kv_lora_rank + model.qk_rope_head_dim, L),
+                 LinearOp("kv_b", model.kv_lora_rank, H * (model.qk_nope_head_dim + model.v_head_dim), L),
+                 LinearOp("o", H * model.v_head_dim, h, L)]
+    else:
+        d = model.head_dim
+        attn = [LinearOp("qkv", h, (H + 2 * model.num_kv_heads) * d, L), LinearOp("o", H * d, h, L)]
+    dense, inter = model.num_dense_mlp_layers, model.intermediate_size
+    if model.mlp is MlpKind.GATED:
+        mlp = [LinearOp("gate_up", h, 2 * inter, dense), LinearOp("down", inter, h, dense)]
+    else:
+        mlp = [LinearOp("fc1", h, inter, dense), LinearOp("fc2", inter, h, dense)]
+    mlp = [op for op in mlp if op.num_layers > 0]
+    if model.is_moe:
+        moe_L, E, k, mi = model.num_moe_layers, model.num_experts, model.num_experts_per_tok, model.moe_intermediate_size
+        mlp += [LinearOp("router", h, E, moe_L),
+                LinearOp("experts_gate_up", h, 2 * mi, moe_L, E, k),
+                LinearOp("experts_down", mi, h, moe_L, E, k)]
+        if model.num_shared_experts:
+            si = mi * model.num_shared_experts
+            mlp += [LinearOp("shared_gate_up", h, 2 * si, moe_L), LinearOp("shared_down", si, h, moe_L)]
+    return tuple(attn + mlp)
+
+
+def lm_head_op(model: ModelSpec) -> LinearOp:
+    """The vocabulary projection; run only for rows that need logits."""
+    return LinearOp("lm_head", model.embed_dim, model.vocab_size, 1)
+
+
+def attn_flops_per_pair(model: ModelSpec) -> int:
+    """FLOPs of one (query, key) pair summed over layers and heads: QK^T dot plus PV.
+
+    Standard: 2 x 2 x heads x head_dim per layer. MLA (non-absorbed, as in prefill):
+    2 x heads x (qk_nope + qk_rope) + 2 x heads x v_head_dim per layer.
+    """
+    H = model.num_attention_heads
+    if model.is_mla:
+        per_layer = 2 * H * (model.qk_nope_head_dim + model.qk_rope_head_dim) + 2 * H * model.v_head_dim
+    else:
+        per_layer = 4 * H * model.head_dim
+    return model.num_layers * per_layer
+
+
+def flops_per_token(model: ModelSpec) -> int:
+    """Matmul FLOPs per token excluding attention scores: 2 x active matmul params + lm_head."""
+    total = sum(2 * op.k * op.n * op.experts_per_tok * op.num_layers for op in linear_ops(model))
+    head = lm_head_op(model)
+    return total + 2 * head.k * head.n
+
+
+def _integral(x: float) -> int | float:
+    return int(x) if float(x).is_integer() else x
+
+
+def kv_bytes_per_token(model: ModelSpec, kv_dtype: KVDtype | str, *,
+                       quant_group_size: int = 64, scale_bytes: int = 2) -> int | float:
+    """KV cache bytes one token occupies across all layers (an int when integral).
+
+    Elements: 2 x num_layers x num_kv_heads x head_dim (K and V), or for MLA
+    num_layers x (kv_lora_rank + qk_rope_head_dim) (one latent, no separate V).
+    int8/int4 add one ``scale_bytes`` scale per ``quant_group_size`` elements of each
+    cached vector (a head's K or V, or an MLA latent), groups not spanning vectors:
+    ceil(vector_len / quant_group_size) scales per vector. fp8 uses per-tensor scales
+    (vLLM's ``kv_cache_dtype=fp8``), so no per-token overhead and ``quant_group_size`` is
+    ignored; fp16/bf16 have no scales.
+    """
+    dtype = KVDtype(kv_dtype)
+    if quant_group_size <= 0:
+        raise ValueError(f"quant_group_size must be positive, got {quant_group_size}")
+    if model.is_mla:
+        num_vectors, vector_len = model.num_layers, model.kv_lora_rank + model.qk_rope_head_dim
+    else:
+        num_vectors, vector_len = 2 * model.num_layers * model.num_kv_heads, model.head_dim
+    total = num_vectors * vector_len * dtype.bytes_per_element
+    if dtype.has_group_scales:
+        total += num_vectors * math.ceil(vector_len / quant_group_size) * scale_bytes
+    return _integral(total)
+
+
+def max_kv_tokens_per_seq(model: ModelSpec, max_model_len: int) -> int:
+    """The most KV tokens one sequence ever holds: min(max_model_len, sliding_window).
+
+    Sliding-window models keep bytes per token unchanged but drop tokens older than the
+    window, so a sequence never needs more than ``sliding_window`` tokens of cache.
+    """
+    if model.sliding_window is None:
+        return max_model_len
+    return min(max_model_len, model.sliding_window)
+
+
+def weight_bytes(model: ModelSpec, dtype_bytes: float = 2) -> int:
+    """Bytes the weights occupy at ``dtype_bytes`` per parameter (rounded up)."""
+    return math.ceil(model.num_params * dtype_bytes)
+
+
+__all__ = [
+    "KVDtype", "MlpKind", "NormKind", "ModelSpec", "LinearOp", "linear_ops", "lm_head_op",
+    "attn_flops_per_pair", "flops_per_token", "kv_bytes_per_token", "max_kv_tokens_per_seq",
+    "weight_bytes",
+]

@@ -1,0 +1,176 @@
+"""``sim sweep``: run every point of a grid, keep each result, write results.csv.
+
+Layout of a sweep folder::
+
+    DIR/points/<point_id>.json   one record per finished point, written atomically the
+                                 moment it finishes (``--resume`` reuses them)
+    DIR/results.csv              one row per point, in grid order
+    DIR/whatif.html              the interactive what-if page (sim/whatif.py)
+
+A record is ``{"point_id", "values", "status": "ok" | "invalid" | "error", "error",
+"summary"}``. ``invalid`` points failed validation (a bad combination) and never ran;
+``error`` points crashed while running. Neither stops the sweep.
+
+results.csv columns: ``point_id``, the grid keys, ``status``, ``error``, then the run's
+summary.json flattened with dots (``ttft_s.p99``, ``kv.mean_token_fraction``, ...): new
+summary keys become new columns with no change here. ``sim_wall_s`` (a wall-clock time)
+is left out so the file depends only on the inputs: the same sweep gives the same bytes
+with either executor.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim.sweep.grid import SweepPlan, SweepPoint
+from sim.outputs.files import write_atomic
+
+WALL_CLOCK_KEYS = {"sim_wall_s"}
+
+
+def run_point(point_id: str, values: dict, data: dict, source: str) -> dict:
+    """Simulate one point; never raises (a crash becomes an ``error`` record).
+
+    Top-level and free of globals so process pools and Ray can ship it.
+    """
+    from sim.engine.simulation import Simulation
+    from sim.engine.metrics import summarize
+    from sim.config.scenario import parse_scenario
+
+    record = {"point_id": point_id, "values": values, "status": "ok", "error": None, "summary": None}
+    try:
+        record["summary"] = summarize(Simulation(parse_scenario(data, source)).run())
+    except Exception as exc:  # noqa: BLE001 -- any crash is recorded, the sweep goes on
+        record.update(status="error", error=f"{type(exc).__name__}: {exc}",
+                      traceback=traceback.format_exc())
+    return record
+
+
+def invalid_record(point: SweepPoint) -> dict:
+    return {"point_id": point.point_id, "values": point.values, "status": "invalid",
+            "error": point.error, "summary": None}
+
+
+def points_dir(out_dir: Path) -> Path:
+    return out_dir / "points"
+
+
+def save_record(out_dir: Path, record: dict) -> None:
+    write_atomic(points_dir(out_dir) / f"{record['point_id']}.json", json.dumps(record, indent=1) + "\n")
+
+
+def load_records(out_dir: Path) -> dict[str, dict]:
+    """Finished records by point id (unreadable or half-written files are ignored)."""
+    found = {}
+    folder = points_dir(out_dir)
+    if folder.is_dir():
+        for path in sorted(folder.glob("*.json")):
+            try:
+                rec = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(rec, dict) and rec.get("point_id") == path.stem:
+                found[path.stem] = rec
+    return found
+
+
+def flatten(doc: dict, prefix: str = "") -> dict:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; lists become JSON text."""
+    flat = {}
+    for key, value in doc.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, name + "."))
+        elif name not in WALL_CLOCK_KEYS:
+            flat[name] = json.dumps(value) if isinstance(value, list) else value
+    return flat
+
+
+def _cell(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def results_rows(plan: SweepPlan, records: dict[str, dict]) -> tuple[list[str], list[dict]]:
+    """Column names and one flat row per point, in grid order (deterministic)."""
+    rows, metric_cols = [], {}
+    for point in plan.points:
+        rec = records.get(point.point_id) or {"status": "missing", "error": "not run", "summary": None}
+        flat = flatten(rec["summary"] or {})
+        for k in flat:
+            metric_cols.setdefault(k, None)
+        rows.append({"point_id": point.point_id, **{k: point.values[k] for k in plan.keys},
+                     "status": rec["status"], "error": rec["error"], **flat})
+    cols = ["point_id", *plan.keys, "status", "error", *metric_cols]
+    return cols, rows
+
+
+def results_csv(plan: SweepPlan, records: dict[str, dict]) -> str:
+    cols, rows = results_rows(plan, records)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(cols)
+    for row in rows:
+        w.writerow([_cell(row.get(c)) for c in cols])
+    return buf.getvalue()
+
+
+@dataclass(frozen=True)
+class SweepStats:
+    num_points: int
+    num_computed: int  # run by the executor in this invocation
+    num_reused: int  # finished earlier, taken from DIR/points (--resume)
+    num_invalid: int
+    num_errors: int  # crashed (this run or reused)
+
+
+def run_sweep(plan: SweepPlan, out_dir: Path, executor, *, resume: bool = False,
+              on_done=None) -> SweepStats:
+    """Run the plan's pending points with ``executor`` and write results.csv and whatif.html.
+
+    ``executor(tasks, on_result)`` calls ``on_result(record)`` in this process as each
+    point finishes; each record is saved at once. ``on_done(record)`` (e.g. a progress
+    bar) is called after saving; if it raises (KeyboardInterrupt), what is saved stays.
+    """
+    points_dir(out_dir).mkdir(parents=True, exist_ok=True)
+    records = load_records(out_dir) if resume else {}
+    wanted = {p.point_id for p in plan.points}
+    records = {k: v for k, v in records.items() if k in wanted}
+    reused = len(records)
+    tasks = []
+    for p in plan.points:
+        if p.point_id in records:
+            continue
+        if p.error is not None:
+            records[p.point_id] = invalid_record(p)
+            save_record(out_dir, records[p.point_id])
+        else:
+            tasks.append((p.point_id, p.values, p.data, plan.scenario_path))
+    computed = 0
+
+    def on_result(record: dict) -> None:
+        nonlocal computed
+        computed += 1
+        records[record["point_id"]] = record
+        save_record(out_dir, record)
+        if on_done is not None:
+            on_done(record)
+
+    if tasks:
+        executor(tasks, on_result)
+    write_atomic(out_dir / "results.csv", results_csv(plan, records))
+    from sim.outputs.whatif import render_whatif
+
+    write_atomic(out_dir / "whatif.html", render_whatif(plan, records))
+    statuses = [records[p.point_id]["status"] for p in plan.points]
+    return SweepStats(len(plan.points), computed, reused, statuses.count("invalid"), statuses.count("error"))

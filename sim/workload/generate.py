@@ -1,0 +1,190 @@
+"""Workloads: when requests arrive, how long they are, and what they share.
+
+Everything is drawn up front from the run's one ``numpy.random.Generator`` (so a seed fixes
+the whole workload, whatever the policies do later), except the arrival *times* of
+follow-up conversation turns, which depend on when the previous answer finished: their
+think times are drawn up front, the engine adds them to the finish time.
+
+A workload is a list of :class:`SessionSpec`: a single request is a session of one turn.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from sim.errors import ConfigError
+from sim.config.scenario import (
+    ConstantArrival, EmpiricalLength, FixedLength, GammaArrival, LogNormalLength, PoissonArrival, Scenario,
+    UniformLength, ZipfLength)
+
+# Guard against runaway generation from a rate/duration typo.
+MAX_SESSIONS = 2_000_000
+
+
+@dataclass(frozen=True)
+class TurnSpec:
+    user_tokens: int  # new prompt tokens of this turn (the history comes on top)
+    output_tokens: int  # the true answer length (before max_tokens clipping)
+    think_time_s: float  # pause before this turn, after the previous answer (0 for turn 0)
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    session_id: int
+    arrival_s: float
+    prefix: tuple[int, int] | None  # (segment_id, tokens) of a shared system prompt
+    turns: tuple[TurnSpec, ...]
+    first_segment: int  # segment id of turn 0's user tokens; turn k uses first_segment + k
+
+
+# ----------------------------------------------------------------------------- lengths
+
+
+@lru_cache(maxsize=16)
+def read_column(path: str, column: str) -> np.ndarray:
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None or column not in reader.fieldnames:
+            raise ConfigError(path, column, f"no such column; columns: {reader.fieldnames}")
+        try:
+            values = np.array([float(row[column]) for row in reader])
+        except ValueError as exc:
+            raise ConfigError(path, column, f"non-numeric value: {exc}") from None
+    if values.size == 0:
+        raise ConfigError(path, column, "the file has no rows")
+    return values
+
+
+def sample_lengths(dist, n: int, rng: np.random.Generator, sc: Scenario) -> np.ndarray:
+    """``n`` integer lengths from a length distribution, clipped to [min, max]."""
+    if isinstance(dist, FixedLength):
+        raw = np.full(n, dist.value, dtype=float)
+    elif isinstance(dist, UniformLength):
+        raw = rng.integers(dist.low, dist.high, endpoint=True, size=n).astype(float)
+    elif isinstance(dist, LogNormalLength):
+        raw = np.rint(rng.lognormal(np.log(dist.median), dist.sigma, size=n))
+    elif isinstance(dist, ZipfLength):
+        support = np.arange(dist.min, dist.max + 1, dtype=float)
+        weights = support ** -dist.a
+        raw = rng.choice(support, size=n, p=weights / weights.sum())
+    elif isinstance(dist, EmpiricalLength):
+        values = read_column(str(sc.resolve(dist.path)), dist.column)
+        raw = rng.choice(values, size=n)
+    else:  # pragma: no cover - the scenario schema admits nothing else
+        raise TypeError(f"unknown length distribution {dist!r}")
+    hi = dist.max if dist.max is not None else np.inf
+    return np.clip(raw, dist.min, hi).astype(np.int64)
+
+
+# ---------------------------------------------------------------------------- arrivals
+
+
+def _inter_arrivals(arrival, n: int, rng: np.random.Generator) -> np.ndarray:
+    mean = 1.0 / arrival.rate
+    if isinstance(arrival, PoissonArrival):
+        return rng.exponential(mean, size=n)
+    if isinstance(arrival, GammaArrival):
+        shape = 1.0 / arrival.cv**2  # CV of a gamma is 1/sqrt(shape)
+        return rng.gamma(shape, mean / shape, size=n)
+    if isinstance(arrival, ConstantArrival):
+        return np.full(n, mean)
+    raise TypeError(f"unknown arrival process {arrival!r}")  # pragma: no cover
+
+
+def arrival_times(sc: Scenario, rng: np.random.Generator) -> np.ndarray:
+    """Session arrival times: the first at t=0, cut by num_requests and/or duration_s."""
+    wl = sc.workload
+    chunk = wl.num_requests or int(wl.duration_s * wl.arrival.rate * 1.2) + 64
+    pieces, total, start = [], 0, 0.0
+    while True:
+        gaps = _inter_arrivals(wl.arrival, chunk, rng)
+        times = start + np.cumsum(gaps) - gaps  # exclusive running sum: the chunk starts at `start`
+        start = float(times[-1] + gaps[-1])
+        pieces.append(times)
+        total += times.size
+        if wl.num_requests is not None and total >= wl.num_requests:
+            break
+        if wl.duration_s is not None and start >= wl.duration_s:
+            break
+        if total > MAX_SESSIONS:
+            raise ConfigError(sc.source_path, "workload", f"more than {MAX_SESSIONS} sessions")
+    times = np.concatenate(pieces)
+    if wl.num_requests is not None:
+        times = times[: wl.num_requests]
+    if wl.duration_s is not None:
+        times = times[times < wl.duration_s]
+    return times
+
+
+# ---------------------------------------------------------------------------- sessions
+
+
+def _read_trace(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    cols = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
+    data = [read_column(str(path), c) for c in cols]
+    arrived = data[0]
+    if np.any(np.diff(arrived) < 0):
+        raise ConfigError(str(path), "arrived_at", "arrival times must be non-decreasing")
+    for name, col in zip(cols[1:], data[1:]):
+        if np.any(col < 1) or np.any(col != np.rint(col)):
+            raise ConfigError(str(path), name, "lengths must be positive integers")
+    return arrived - arrived[0], data[1].astype(np.int64), data[2].astype(np.int64)
+
+
+def build_workload(sc: Scenario, rng: np.random.Generator) -> list[SessionSpec]:
+    """All sessions of the run, in arrival order (ties keep generation order)."""
+    wl = sc.workload
+    if wl.trace is not None:
+        arrived, prompts, outputs = _read_trace(sc.resolve(wl.trace.path))
+        arrived = arrived / wl.trace.speedup
+        keep = np.ones(arrived.size, dtype=bool)
+        if wl.duration_s is not None:
+            keep &= arrived < wl.duration_s
+        arrived, prompts, outputs = arrived[keep], prompts[keep], outputs[keep]
+        if wl.num_requests is not None:
+            arrived, prompts, outputs = (a[: wl.num_requests] for a in (arrived, prompts, outputs))
+        turns_per = np.ones(arrived.size, dtype=np.int64)
+    else:
+        arrived = arrival_times(sc, rng)
+        n = arrived.size
+        turns_per = (
+            sample_lengths(wl.conversation.turns, n, rng, sc)
+            if wl.conversation is not None else np.ones(n, dtype=np.int64)
+        )
+        total_turns = int(turns_per.sum())
+        prompts = sample_lengths(wl.prompt_tokens, total_turns, rng, sc)
+        outputs = sample_lengths(wl.output_tokens, total_turns, rng, sc)
+    n = arrived.size
+    think_mean = wl.conversation.think_time_s if wl.conversation is not None else 0.0
+    thinks = rng.exponential(think_mean, size=int(turns_per.sum())) if think_mean > 0 else None
+
+    sp = wl.shared_prefix
+    if sp is not None:
+        uses = rng.random(n) < sp.fraction
+        if sp.zipf_a is None:
+            which = rng.integers(0, sp.num_prefixes, size=n)
+        else:
+            weights = np.arange(1, sp.num_prefixes + 1, dtype=float) ** -sp.zipf_a
+            which = rng.choice(sp.num_prefixes, size=n, p=weights / weights.sum())
+    next_segment = (sp.num_prefixes if sp is not None else 0) + 1  # prefixes are 1..N
+
+    sessions, k = [], 0
+    for i in range(n):
+        nt = int(turns_per[i])
+        turns = tuple(
+            TurnSpec(
+                int(prompts[k + t]), int(outputs[k + t]),
+                float(thinks[k + t]) if (thinks is not None and t > 0) else 0.0,
+            )
+            for t in range(nt)
+        )
+        prefix = (int(which[i]) + 1, sp.prefix_tokens) if sp is not None and uses[i] else None
+        sessions.append(SessionSpec(i, float(arrived[i]), prefix, turns, next_segment))
+        next_segment += nt
+        k += nt
+    return sessions

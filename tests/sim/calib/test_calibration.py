@@ -1,0 +1,133 @@
+"""Calibration files: the shipped datasheets load; bad files name the file and key path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sim.calib.calibration import (
+    Calibration, CalibrationSource, available_calibrations, calibration_dirs, load_calibration)
+from sim.errors import ConfigError
+
+SHIPPED = ["a100-40gb", "a100-80gb", "h100-sxm", "h200", "l40s", "rtx-4090", "rtx-4060-8gb"]
+REPO_CALIBRATIONS = Path(__file__).resolve().parents[3] / "calibrations"
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_datasheets_load(name: str) -> None:
+    cal = load_calibration(name)
+    assert cal.name == name and cal.source is CalibrationSource.DATASHEET and cal.schema == 1
+    assert 0.8 <= cal.bandwidth_efficiency <= 0.85 and 0.6 <= cal.compute_eff_max <= 0.75
+    assert {"bandwidth", "flops", "memory", "pcie"} <= set(cal.provenance)
+    assert name in available_calibrations()
+
+
+def test_datasheet_numbers() -> None:
+    h100 = load_calibration("h100-sxm")
+    assert (h100.memory_bytes, h100.hbm_bandwidth_bytes_per_s, h100.peak_flops) == (80 << 30, 3.35e12, 989e12)
+    assert load_calibration("rtx-4060-8gb").memory_bytes == 8 << 30
+    assert load_calibration("a100-80gb").hbm_bandwidth_bytes_per_s == 2.039e12
+
+
+def test_compute_efficiency_saturates() -> None:
+    cal = load_calibration("h100-sxm")
+    m_half = cal.compute_m_half_tokens
+    assert cal.compute_efficiency(0) == 0
+    assert cal.compute_efficiency(m_half) == pytest.approx(cal.compute_eff_max / 2)
+    assert cal.compute_efficiency(1e9) == pytest.approx(cal.compute_eff_max)
+    assert cal.effective_bandwidth_bytes_per_s == pytest.approx(3.35e12 * 0.83)
+
+
+def _write(tmp_path: Path, **changes) -> Path:
+    data = yaml.safe_load((REPO_CALIBRATIONS / "h100-sxm.yaml").read_text())
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key)
+        else:
+            data[key] = value
+    path = tmp_path / "cal.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_load_by_path_and_scientific_strings(tmp_path: Path) -> None:
+    path = _write(tmp_path, peak_flops="989e12", provenance=None)
+    cal = load_calibration(str(path))
+    assert isinstance(cal, Calibration) and cal.peak_flops == 989e12 and cal.provenance == {}
+
+
+@pytest.mark.parametrize(("changes", "key", "fragment"), [
+    ({"kernels": {}}, "kernels", "unknown key; allowed: schema, name"),
+    ({"peak_flops": "fast"}, "peak_flops", "expected a number"),
+    ({"peak_flops": -1}, "peak_flops", "must be > 0"),
+    ({"memory_bytes": 1.5}, "memory_bytes", "expected an integer"),
+    ({"bandwidth_efficiency": 1.2}, "bandwidth_efficiency", "must be in (0, 1]"),
+    ({"source": "guess"}, "source", "allowed: datasheet, measured"),
+    ({"schema": 3}, "schema", "unsupported schema 3"),
+    ({"step_overhead_s": None}, "step_overhead_s", "required key missing"),
+    ({"compute_efficiency": {"eff_max": 0.7}}, "compute_efficiency.m_half_tokens", "required key missing"),
+    ({"compute_efficiency": {"eff_max": 0.7, "m_half_tokens": 8, "k": 1}}, "compute_efficiency.k", "unknown key"),
+    ({"compute_efficiency": {"eff_max": True, "m_half_tokens": 8}}, "compute_efficiency.eff_max", "expected a number"),
+    ({"gpu_name": ""}, "gpu_name", "non-empty string"),
+])
+def test_bad_files_name_file_and_key_path(tmp_path: Path, changes: dict, key: str, fragment: str) -> None:
+    path = _write(tmp_path, **changes)
+    with pytest.raises(ConfigError) as err:
+        load_calibration(str(path))
+    assert err.value.file == str(path) and err.value.key == key
+    assert fragment in err.value.message
+    assert str(err.value).startswith(f"{path}: {key}: ")
+
+
+def test_unknown_name_and_malformed_yaml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^<cli>: --gpu: unknown GPU calibration 'b200'; use one of: .*h100-sxm"):
+        load_calibration("b200", key="--gpu")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("schema: [1\n")
+    with pytest.raises(ConfigError, match="cannot read calibration"):
+        load_calibration(str(bad))
+    bad.write_text("- 1\n")
+    with pytest.raises(ConfigError, match="<root>: a calibration must be a YAML mapping"):
+        load_calibration(str(bad))
+
+
+def test_current_directory_shadows_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    local = tmp_path / "calibrations"
+    local.mkdir()
+    data = yaml.safe_load((REPO_CALIBRATIONS / "h100-sxm.yaml").read_text())
+    data["step_overhead_s"] = 0.5
+    (local / "h100-sxm.yaml").write_text(yaml.safe_dump(data))
+    (local / "my-gpu.yaml").write_text(yaml.safe_dump(data | {"name": "my-gpu"}))
+    monkeypatch.chdir(tmp_path)
+    assert calibration_dirs()[0] == local
+    assert load_calibration("h100-sxm").step_overhead_s == 0.5
+    assert "my-gpu" in available_calibrations() and "a100-80gb" in available_calibrations()
+
+
+def test_schema_2_round_trips_with_fitted_kernels(tmp_path: Path) -> None:
+    from sim.calib.calibration import calibration_from_dict, calibration_to_dict
+
+    cal = load_calibration("cpu-epyc-2core")
+    assert cal.schema == 2 and cal.source is CalibrationSource.MEASURED and "gemm" in cal.kernels
+    again = calibration_from_dict(yaml.safe_load(yaml.safe_dump(calibration_to_dict(cal))), file="x")
+    shape = dict(m=48, n=2048, k=1536, dtype="bf16")
+    assert again.predict("gemm", **shape) == pytest.approx(cal.predict("gemm", **shape), rel=1e-5)
+    assert again.kernels["gemm"].cv_mape == pytest.approx(cal.kernels["gemm"].cv_mape, rel=1e-5)
+    assert cal.source_label == f"measured {cal.provenance['date'][:10]}"
+    assert load_calibration("a100-80gb").source_label == "datasheet"
+
+
+def test_bad_kernel_section_names_the_key(tmp_path: Path) -> None:
+    data = yaml.safe_load((REPO_CALIBRATIONS / "cpu-epyc-2core.yaml").read_text())
+    data["kernels"]["gemm"]["params"]["bandwidth_bytes_per_s"] = "fast"
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as err:
+        load_calibration(str(path))
+    assert err.value.key == "kernels.gemm.params.bandwidth_bytes_per_s"
+    data["schema"] = 1
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_calibration(str(path))

@@ -1,0 +1,159 @@
+"""Cost model: exact on a tiny world, sane on real GPUs, monotone everywhere."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.calib.calibration import Calibration, CalibrationSource, load_calibration
+from sim.cost.datasheet import (
+    NON_GEMM_KERNELS_PER_LAYER, build_cost_model, decode_step_time_s, elementwise_bytes_per_token,
+    prefill_time_s, step_time_s, swap_time_s)
+from sim.model.hf_config import load_model
+from sim.model.spec import weight_bytes
+
+UNIT = Calibration(name="unit", source=CalibrationSource.MEASURED, gpu_name="unit", memory_bytes=1 << 30,
+                   hbm_bandwidth_bytes_per_s=1e9, bandwidth_efficiency=1.0, peak_flops=1e12,
+                   compute_eff_max=1.0, compute_m_half_tokens=0.0, pcie_bandwidth_bytes_per_s=1e9,
+                   kernel_launch_s=0.0, step_overhead_s=0.0)
+
+
+def step(cm, **kw):
+    args = dict(num_seqs=0, num_prefill_tokens=0, num_decode_tokens=0, decode_kv_tokens=0,
+                prefill_attn_pairs=0, prefill_kv_tokens=0)
+    return step_time_s(cm, **(args | kw))
+
+
+def test_tiny_decode_is_weights_plus_traffic_over_bandwidth() -> None:
+    model = load_model("tiny-llama")
+    cm = build_cost_model(model, UNIT)
+    embed = 1024 * 256 * 2  # the embedding table is looked up, not streamed
+    moved = weight_bytes(model) - embed - 5 * 256 * 2  # norms are in the elementwise traffic
+    expected = (moved + elementwise_bytes_per_token(model, 2, 1024) + 10 * 1024) / 1e9
+    assert decode_step_time_s(cm, batch_size=1, context_tokens=10) == pytest.approx(expected, rel=1e-12)
+
+
+def test_tiny_fixed_costs_are_overhead_and_launches() -> None:
+    cal = dataclasses.replace(UNIT, kernel_launch_s=1e-6, step_overhead_s=1e-3)
+    model = load_model("tiny-llama")
+    base = decode_step_time_s(build_cost_model(model, UNIT), batch_size=1, context_tokens=10)
+    kernels = 2 * (4 + NON_GEMM_KERNELS_PER_LAYER + 1) + 1  # 4 GEMMs, others, attention; lm_head
+    t = decode_step_time_s(build_cost_model(model, cal), batch_size=1, context_tokens=10)
+    assert t == pytest.approx(base + 1e-3 + kernels * 1e-6, rel=1e-12)
+
+
+def test_empty_step_is_free() -> None:
+    cm = build_cost_model(load_model("llama-3-8b"), load_calibration("h100-sxm"))
+    assert step(cm) == 0.0 and prefill_time_s(cm, 100, num_cached_tokens=100) == 0.0
+
+
+def test_llama_3_8b_h100_decode_is_weights_over_bandwidth() -> None:
+    cal = load_calibration("h100-sxm")
+    model = load_model("llama-3-8b")
+    cm = build_cost_model(model, cal)
+    floor_s = weight_bytes(model) / cal.effective_bandwidth_bytes_per_s  # ~5.8 ms
+    t = decode_step_time_s(cm, batch_size=1, context_tokens=128)
+    assert 5e-3 < floor_s < 7e-3
+    assert floor_s < t < floor_s + cal.step_overhead_s + 2e-3
+
+
+def test_decode_grows_linearly_with_kv_tokens() -> None:
+    cm = build_cost_model(load_model("llama-3-8b"), load_calibration("h100-sxm"))
+    times = [step(cm, num_seqs=32, num_decode_tokens=32, decode_kv_tokens=k) for k in (0, 10_000, 20_000, 40_000)]
+    slope = (times[1] - times[0]) / 10_000
+    assert slope == pytest.approx(131072 / (3.35e12 * 0.83))
+    assert times[3] - times[0] == pytest.approx(4 * (times[1] - times[0]))
+
+
+def test_prefill_2048_is_compute_bound() -> None:
+    cal = load_calibration("h100-sxm")
+    model = load_model("llama-3-8b")
+    cm = build_cost_model(model, cal)
+    t = prefill_time_s(cm, 2048)
+    memory_s = weight_bytes(model) / cal.effective_bandwidth_bytes_per_s
+    compute_s = 2 * model.num_params * 2048 / (cal.peak_flops * cal.compute_efficiency(2048))
+    assert t > 5 * memory_s
+    assert compute_s < t < 1.5 * compute_s
+    # A cached prefix makes the same prompt cheaper.
+    assert prefill_time_s(cm, 2048, num_cached_tokens=1024) < t
+
+
+def test_moe_decode_reads_only_routed_experts() -> None:
+    cal = load_calibration("h100-sxm")
+    model = load_model("deepseek-v2-lite")
+    cm = build_cost_model(model, cal)
+    one = decode_step_time_s(cm, batch_size=1, context_tokens=128)
+    full = weight_bytes(model) / cal.effective_bandwidth_bytes_per_s
+    active = 2 * model.num_active_params / cal.effective_bandwidth_bytes_per_s
+    assert active < one < full
+    # A big batch touches nearly every expert.
+    assert decode_step_time_s(cm, batch_size=256, context_tokens=128) > full
+
+
+def test_swap_1_gib_over_pcie_gen4() -> None:
+    cm = build_cost_model(load_model("llama-3-8b"), load_calibration("a100-80gb"))
+    assert 40e-3 <= swap_time_s(cm, 1 << 30) <= 50e-3
+    assert swap_time_s(cm, 0) == 0.0
+
+
+counts = st.integers(min_value=0, max_value=4096)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(["tiny-llama", "llama-3-8b", "deepseek-v2-lite", "opt-13b"]),
+       counts, counts, counts, st.integers(0, 10**6), st.integers(0, 10**6), st.integers(0, 10**5),
+       st.sampled_from(["num_seqs", "num_prefill_tokens", "num_decode_tokens", "decode_kv_tokens",
+                        "prefill_attn_pairs", "prefill_kv_tokens"]), st.integers(1, 1000))
+def test_step_time_is_monotone_in_every_argument(name, seqs, prefill, decode, kv, pairs, pkv, field, extra):
+    cm = _cost_model(name)
+    args = dict(num_seqs=seqs, num_prefill_tokens=prefill, num_decode_tokens=decode,
+                decode_kv_tokens=kv, prefill_attn_pairs=pairs, prefill_kv_tokens=pkv)
+    before = step_time_s(cm, **args)
+    after = step_time_s(cm, **(args | {field: args[field] + extra}))
+    assert after >= before >= 0.0
+
+
+_CACHE: dict = {}
+
+
+def _cost_model(name: str):
+    if name not in _CACHE:
+        _CACHE[name] = build_cost_model(load_model(name), load_calibration("a100-80gb"))
+    return _CACHE[name]
+
+
+# -- measured calibrations: the step composed from fitted kernel models ---------------------
+
+def _measured():
+    return load_calibration("cpu-epyc-2core")
+
+
+def test_measured_calibration_uses_fitted_kernels() -> None:
+    cal = _measured()
+    model = load_model("tiny-llama")
+    cm = build_cost_model(model, cal)
+    assert cm.fitted is not None and build_cost_model(model, load_calibration("a100-80gb")).fitted is None
+    m = 8
+    gemms = sum(op.num_layers * cal.predict("gemm", m=m, n=op.n, k=op.k, dtype="bf16")
+                for op in __import__("sim.model.spec", fromlist=["linear_ops"]).linear_ops(model))
+    t = step(cm, num_seqs=m, num_decode_tokens=m, decode_kv_tokens=m * 100)
+    assert t > gemms + cal.predict("step", num_seqs=m, vocab_size=model.vocab_size)
+    assert swap_time_s(cm, 1 << 20) == pytest.approx(
+        0.5 * (cal.predict("copy_h2d", num_bytes=1 << 20, pinned=True)
+               + cal.predict("copy_d2h", num_bytes=1 << 20, pinned=True)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(base=st.tuples(*[st.integers(0, 4000)] * 5), chunks=st.integers(0, 64), which=st.integers(0, 5),
+       extra=st.integers(1, 3000))
+def test_fitted_step_time_is_monotone(base, chunks, which, extra) -> None:
+    cm = build_cost_model(load_model("qwen2.5-1.5b"), _measured())
+    seqs, prefill, decode, kv, pairs = base
+    args = dict(num_seqs=seqs, num_prefill_tokens=prefill, num_decode_tokens=decode,
+                decode_kv_tokens=kv, prefill_attn_pairs=pairs, prefill_kv_tokens=prefill, num_prefill_seqs=chunks)
+    key = list(args)[which]
+    bigger = dict(args, **{key: args[key] + extra})
+    assert step(cm, **bigger) >= step(cm, **args) - 1e-15

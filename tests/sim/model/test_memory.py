@@ -1,0 +1,101 @@
+"""KV pool sizing: vLLM's startup arithmetic on hand-computed tiny worlds."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sim.errors import ConfigError
+from sim.model.memory import (
+    DEFAULT_RUNTIME_OVERHEAD_BYTES, check_fits_one_sequence, estimate_activation_peak_bytes, plan_memory)
+from sim.model.spec import KVDtype
+from sim.model.hf_config import load_model
+
+MIB = 1 << 20
+
+
+def tiny_plan(**overrides):
+    kwargs = dict(gpu_memory_utilization=0.5, max_model_len=2048, activation_peak_bytes=10 * MIB,
+                  runtime_overhead_bytes=100 * MIB)
+    return plan_memory(load_model("tiny-llama"), 1 << 30, **(kwargs | overrides))
+
+
+def test_pool_sizing_by_hand() -> None:
+    plan = tiny_plan()
+    weights = 2 * 1_705_216
+    pool = (1 << 29) - weights - 10 * MIB - 100 * MIB
+    assert plan.weight_bytes == weights and plan.kv_pool_bytes == pool == 418_117_120
+    assert plan.bytes_per_token == 2 * 2 * 2 * 64 * 2 == 1024
+    assert plan.bytes_per_block == 16 * 1024
+    assert plan.num_gpu_blocks == pool // (16 * 1024) == 25_519
+    assert plan.pool_tokens == 25_519 * 16
+    assert plan.blocks_per_full_seq == 128 and plan.max_full_length_seqs == 25_519 // 128 == 199
+    assert plan.max_concurrency == pytest.approx(25_519 * 16 / 2048)
+
+
+def test_quantized_block_rounds_up() -> None:
+    plan = tiny_plan(kv_dtype="int4", quant_group_size=48, block_size=3)
+    # per token: 8 vectors x (64 x 0.5 + ceil(64/48) x 2) = 8 x 36 = 288 bytes
+    assert plan.bytes_per_token == 288 and plan.bytes_per_block == 864
+    assert plan.kv_dtype is KVDtype.INT4
+
+
+def test_activation_estimate_by_hand() -> None:
+    model = load_model("tiny-llama")
+    per_token = 2 * 256 + max(8 * 64 + 4 * 64, 3 * 512)  # MLP is the widest moment
+    expected = 8192 * per_token * 2 + 256 * 1024 * 4 * 2
+    assert estimate_activation_peak_bytes(model, max_num_batched_tokens=8192, max_num_seqs=256) == expected
+    plan = plan_memory(model, 1 << 30, max_model_len=2048)
+    assert plan.activation_peak_bytes == expected
+    assert plan.runtime_overhead_bytes == DEFAULT_RUNTIME_OVERHEAD_BYTES
+
+
+def test_llama_3_8b_on_80_gib_is_in_vllm_range() -> None:
+    plan = plan_memory(load_model("llama-3-8b"), 80 << 30, max_model_len=8192)
+    # vLLM reports roughly 54-57 GiB of KV cache for this setup.
+    assert 54 << 30 < plan.kv_pool_bytes < 57 << 30
+    assert plan.max_full_length_seqs == plan.num_gpu_blocks // 512
+
+
+def test_no_room_raises_with_the_numbers() -> None:
+    with pytest.raises(ConfigError) as err:
+        plan_memory(load_model("qwen2.5-7b"), 8 << 30, max_model_len=4096, source="s.yaml")
+    assert err.value.file == "s.yaml" and err.value.key == "gpu_memory_utilization"
+    assert "no memory left for the KV cache" in err.value.message
+    assert "weights 14.19 GiB" in err.value.message
+
+
+def test_override_replaces_block_count() -> None:
+    assert tiny_plan(num_gpu_blocks_override=11).num_gpu_blocks == 11
+
+
+def test_fits_one_sequence_is_a_separate_check() -> None:
+    plan = tiny_plan(num_gpu_blocks_override=11)  # 176 tokens
+    check_fits_one_sequence(plan, 176)
+    with pytest.raises(ConfigError) as err:
+        check_fits_one_sequence(plan, 177, "s.yaml")
+    assert err.value.key == "max_model_len" and "needs 12 KV blocks" in err.value.message
+    assert "max_model_len <= 176" in err.value.message
+
+
+def test_sliding_window_needs_only_the_window() -> None:
+    windowed = dataclasses.replace(load_model("tiny-llama"), sliding_window=160)
+    plan = plan_memory(windowed, 1 << 30, max_model_len=4096, num_gpu_blocks_override=10,
+                       activation_peak_bytes=0, runtime_overhead_bytes=0)
+    assert plan.max_kv_tokens_per_seq == 160 and plan.max_full_length_seqs == 1
+    check_fits_one_sequence(plan, 4096)
+
+
+@pytest.mark.parametrize(("kwargs", "key"), [
+    ({"gpu_memory_utilization": 0}, "gpu_memory_utilization"),
+    ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
+    ({"block_size": 0}, "block_size"),
+    ({"max_model_len": 0}, "max_model_len"),
+    ({"kv_dtype": "fp4"}, "kv_dtype"),
+    ({"num_gpu_blocks_override": 0}, "num_gpu_blocks_override"),
+])
+def test_bad_arguments_name_the_key(kwargs: dict, key: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        tiny_plan(**kwargs)
+    assert err.value.key == key

@@ -1,0 +1,192 @@
+"""``sim validate SCENARIO --device cpu|cuda:0 [--calibration CAL] [--out DIR]``.
+
+Writes ``validation.json`` (lockstep step-time errors; open-loop latency, throughput, KV
+and preemption errors), ``validation_steps.csv`` (every compared step) and
+``validation.html``, and prints a short table. Exits non-zero
+only when it cannot run (bad input: status 2), never because the error is large.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import platform
+import time
+from pathlib import Path
+
+from sim.errors import ConfigError
+from sim.kv import AllocatorKind
+
+
+def add_validate_parser(sub) -> None:
+    p = sub.add_parser("validate", help="run the scenario on a real model and measure the simulator's error")
+    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
+    p.add_argument("--calibration", default=None,
+                   help="calibration name or YAML for the simulator (default: the scenario's gpu)")
+    p.add_argument("--out", default=None, help="output folder (default runs/<name>-validate)")
+    p.add_argument("--mode", choices=("both", "lockstep", "open-loop"), default="both")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE")
+    p.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up run")
+    p.add_argument("--no-drift-check", action="store_true",
+                   help="skip re-timing a few of the calibration's whole steps before validating")
+
+
+def _check(sc) -> None:
+    src = sc.source_path
+    if sc.kv.allocator != AllocatorKind.PAGED:
+        raise ConfigError(src, "kv.allocator", "sim validate runs the paged allocator only (the real "
+                          "engine's KV cache is block-based); use 'paged'")
+    if sc.kv.token_eviction.policy != "none":
+        raise ConfigError(src, "kv.token_eviction.policy", "sim validate does not run token-level eviction; use 'none'")
+    if sc.engine.weight_dtype not in ("fp16", "bf16"):
+        raise ConfigError(src, "engine.weight_dtype", "sim validate runs fp16 or bf16 weights")
+
+
+def _device(name: str):
+    import torch
+
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ConfigError("<cli>", "--device", f"unknown device {name!r}; use cpu or cuda[:N]") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("<cli>", "--device", "CUDA is not available on this machine; use --device cpu")
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError("<cli>", "--device", f"unsupported device {name!r}; use cpu or cuda[:N]")
+    return device
+
+
+def _match_threads(sc, device) -> int:
+    """On the CPU, run with the thread count the calibration was measured with."""
+    import torch
+
+    from sim.calib.calibration import load_calibration
+    from sim.engine.parts import relative_to_scenario
+
+    if device.type == "cpu":
+        cal = load_calibration(relative_to_scenario(sc, sc.gpu), source=sc.source_path, key="gpu")
+        wanted = cal.provenance.get("torch_threads")
+        if wanted and wanted.isdigit():
+            torch.set_num_threads(int(wanted))
+    return torch.get_num_threads()
+
+
+def run_validate(args) -> int:
+    if importlib.util.find_spec("torch") is None:
+        raise ConfigError("<cli>", "validate", "needs torch: pip install -e '.[gpu]'")
+    from sim.engine.simulation import SimResult
+    from sim.engine.metrics import summarize
+    from sim.outputs.files import write_atomic
+    from sim.config.scenario import load_scenario
+    from validation import compare, runner
+    from validation.report import render_validation
+
+    overrides = list(args.overrides) + ([f"gpu={args.calibration}"] if args.calibration else [])
+    sc = load_scenario(args.scenario, overrides)
+    _check(sc)
+    device = _device(args.device)
+    threads = _match_threads(sc, device)
+    out_dir = Path(args.out) if args.out else Path("runs") / f"{sc.name}-validate"
+    t0 = time.perf_counter()
+    sim_result = runner.simulate(sc)  # also checks the plan before any model is built
+    model = runner.make_model(sc, device)
+    if not args.no_warmup:
+        runner.warm_up(sc, model)
+    drift = None if args.no_drift_check else _drift(sc, device)
+    result: dict = {"scenario": sc.name, "device": str(device), "calibration": sim_result.calibration_name,
+                    "calibration_source": sim_result.calibration_source, "model": sc.model,
+                    "machine": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                    "torch_threads": threads, "calibration_drift": drift}
+    lock_samples, real_reqs, open_samples = [], None, []
+    if args.mode in ("both", "lockstep"):
+        lock_result, lock_samples = runner.run_lockstep(sc, device, model)
+        result["lockstep"] = compare.step_errors(lock_samples)
+        result["lockstep"]["same_decisions_as_simulator"] = (
+            [s.batch for s in lock_samples] == _batches(sc))
+    if args.mode in ("both", "open-loop"):
+        real = runner.run_open_loop(sc, model)
+        real_result = SimResult(sc, sim_result.plan, "real engine", "measured", real.requests, real.steps,
+                                real.scheduler, real.preemptor, real.allocator, real.swap,
+                                sim_wall_s=real.end_s, end_s=real.end_s)
+        real_summary, sim_summary = summarize(real_result), summarize(sim_result)
+        result["open_loop"] = compare.summary_errors(real_summary, sim_summary)
+        result["open_loop"]["real_step_errors"] = compare.step_errors(real.samples)
+        result["open_loop"]["real_step_errors_by_idle"] = compare.errors_by_idle(real.samples)
+        real_reqs, open_samples = real.requests, real.samples
+    result["wall_s"] = time.perf_counter() - t0
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(out_dir / "validation.json", json.dumps(result, indent=2) + "\n")
+    write_atomic(out_dir / "validation_steps.csv", compare.steps_csv(lock_samples, open_samples))
+    write_atomic(out_dir / "validation.html",
+                 render_validation(result, lock_samples, real_reqs, sim_result.requests))
+    _print(result, out_dir)
+    return 0
+
+
+def _drift(sc, device) -> dict | None:
+    """How the calibration's recorded whole steps run now (sim/validate/drift.py)."""
+    from sim.calib.calibration import calibration_file
+    from sim.engine.parts import build_plan, relative_to_scenario
+    from validation.drift import calibration_drift
+
+    model, cal, _ = build_plan(sc)
+    return calibration_drift(cal, calibration_file(relative_to_scenario(sc, sc.gpu)), device, model)
+
+
+def _batches(sc) -> list[tuple]:
+    """The simulator's own decisions, step by step, for the lockstep comparison."""
+    from sim.engine.simulation import Simulation
+
+    batches: list[tuple] = []
+    sim = Simulation(sc, step_hook=lambda out: out.scheduled and batches.append(
+        tuple((r.request_id, n) for r, n in out.scheduled)))
+    sim.run()
+    return batches
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:+.1%}"
+
+
+def _print(result: dict, out_dir: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from validation.drift import needs_recalibration
+
+    console = Console()
+    drift = result.get("calibration_drift")
+    if drift:
+        console.print(f"calibration check: {drift['num_steps']} of the calibration's recorded steps run at "
+                      f"{drift['ratio']:.2f}x their calibrated time now ({drift['min_ratio']:.2f}-"
+                      f"{drift['max_ratio']:.2f}x)", highlight=False)
+        if needs_recalibration(drift):
+            console.print("  the machine has changed since it was calibrated: recalibrate "
+                          "(microbench calibrate) for a validation of the simulator, not of the drift",
+                          highlight=False)
+    lock = result.get("lockstep")
+    if lock and lock.get("num_steps"):
+        console.print(f"lockstep: {lock['num_steps']} steps, step-time MAPE {lock['mape']:.1%}, "
+                      f"bias {_pct(lock['bias'])}, same decisions as the simulator: "
+                      f"{lock['same_decisions_as_simulator']}", highlight=False)
+        if "kernel_sum" in lock:
+            console.print(f"  (the kernel sum without the calibration's composition: MAPE "
+                          f"{lock['kernel_sum']['mape']:.1%}, bias {_pct(lock['kernel_sum']['bias'])})",
+                          highlight=False)
+    ol = result.get("open_loop")
+    if ol:
+        t = Table(title="open loop: simulator against real engine (relative error)")
+        t.add_column("metric")
+        for q in ("p50", "p90", "p99"):
+            t.add_column(q, justify="right")
+        for m in ("ttft_s", "tpot_s", "e2e_s"):
+            t.add_row(m, *(_pct(ol[m][q]["rel_error"]) for q in ("p50", "p90", "p99")))
+        console.print(t)
+        console.print(f"throughput {_pct(ol['requests_per_s']['rel_error'])}, peak KV "
+                      f"{_pct(ol['peak_kv_used_fraction']['rel_error'])}, preemptions real "
+                      f"{ol['preemptions_recompute']['real']} / sim {ol['preemptions_recompute']['sim']}",
+                      highlight=False)
+    console.print(f"wrote {out_dir}/validation.json, validation_steps.csv, validation.html "
+                  f"({result['wall_s']:.0f} s)",
+                  highlight=False)
