@@ -16,7 +16,6 @@ the allocator manages.
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import math
 import time
@@ -24,7 +23,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from sim.engine.simulation import Simulation, SimResult, predicted_step_s, predicted_transfer_s
+from sim.engine.predict import after_idle_replay_s, kernel_sum_cost, predicted_step_s, predicted_transfer_s
+from sim.engine.simulation import Simulation, SimResult
 from sim.calib.composition import IDLE_THRESHOLD_S
 from sim.engine.metrics import StepLog
 from sim.engine.parts import SessionDriver, build_parts
@@ -70,13 +70,6 @@ def make_model(sc: Scenario, device: torch.device) -> TinyLlama:
                      device=device, dtype=TORCH_DTYPES[sc.engine.weight_dtype], seed=sc.seed)
 
 
-def kernel_sum_cost(cost):
-    """``cost`` without its calibration's composition (sim/composition.py), or None if it has none."""
-    if cost.fitted is None or cost.fitted.composition is None:
-        return None
-    return dataclasses.replace(cost, fitted=dataclasses.replace(cost.fitted, composition=None))
-
-
 def _sample(cost, raw, out: SchedulerOutput, measured: float, idle_before_s: float = 0.0) -> StepSample:
     """A step's prediction (its swaps' transfer, then compute, as the simulator's clock
     advances; after-idle factor included) against its measured time (swaps, packing and
@@ -102,8 +95,7 @@ def run_lockstep(sc: Scenario, device: torch.device, model: TinyLlama | None = N
             samples.append(_sample(sim.cost, raw, out, measured, idle))
 
     sim = Simulation(sc, step_hook=hook)
-    comp = sim.cost.fitted.composition if sim.cost.fitted is not None else None
-    replay_idle_s = comp.idle_s if comp is not None else 0.0  # as long as the calibration measured
+    replay_idle_s = after_idle_replay_s(sim.cost)  # as long as the calibration measured
     raw = kernel_sum_cost(sim.cost)
     model = model or make_model(sc, device)
     holder["executor"] = StepExecutor(model, sim.allocator, sc.kv.block_size, sc.kv.swap_transfer)

@@ -19,10 +19,10 @@ from typing import Callable
 
 import simpy
 
-from sim.cost.datasheet import staging_time_s, step_time_s, swap_time_s
 from sim.kv.swap import SwapSpace
 from sim.model.memory import MemoryPlan
 from sim.engine.metrics import StepLog
+from sim.engine.predict import predicted_step_s, predicted_transfer_s
 from sim.engine.parts import (
     DTYPE_BYTES, SessionDriver, build_parts, build_plan, remaining_output_model, token_budget)
 from sim.request import Request
@@ -49,26 +49,6 @@ class SimResult:
     end_s: float = 0.0
     calibration_label: str = ""  # "datasheet" or "measured YYYY-MM-DD"
     extra: dict = field(default_factory=dict)
-
-
-def predicted_step_s(cost, out: SchedulerOutput, idle_before_s: float = 0.0) -> float:
-    """The cost model's time for one scheduled batch (compute only, swaps apart), started
-    ``idle_before_s`` after the engine's previous step."""
-    return step_time_s(
-        cost, num_seqs=out.num_seqs,
-        num_prefill_tokens=out.num_prefill_tokens + out.prefill_padding_tokens,
-        num_decode_tokens=out.num_decode_tokens + out.decode_padding_seqs,
-        decode_kv_tokens=out.decode_kv_tokens, prefill_attn_pairs=out.prefill_attn_pairs,
-        prefill_kv_tokens=out.prefill_kv_tokens,
-        num_prefill_seqs=out.num_seqs - out.num_decode_tokens - out.decode_padding_seqs,
-        idle_before_s=idle_before_s)
-
-
-def predicted_transfer_s(cost, out: SchedulerOutput) -> float:
-    """The cost model's time for a batch's swaps: the PCIe copies, plus the device-side
-    packing of gathered swaps (sim.kv.swap.SwapTransfer)."""
-    return (swap_time_s(cost, out.swap_out_bytes + out.swap_in_bytes, out.swap_copies)
-            + staging_time_s(cost, out.swap_staged_bytes, out.swap_staging_launches))
 
 
 class Simulation:
