@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from kernels.reference import gather_blocks_ref, scatter_blocks_ref
+from sim.kv.base import KVAllocator
 from sim.kv.swap import SwapTransfer
 from sim.request import Request
 from sim.sched.output import SchedulerOutput, is_decode
@@ -45,9 +46,9 @@ class StepExecutor:
     V, or packed by the block-copy kernels (``kernels.block_copy``: Triton on CUDA, the
     torch references on the CPU) into one buffer per layer, K and V, moved in one copy."""
 
-    def __init__(self, model: TinyLlama, allocator, block_size: int,
+    def __init__(self, model: TinyLlama, allocator: KVAllocator, block_size: int,
                  swap_transfer: SwapTransfer | str = SwapTransfer.PER_BLOCK) -> None:
-        if not hasattr(allocator, "block_tables"):
+        if not allocator.block_based:
             raise ValueError("the real engine needs a block-table allocator (kv.allocator: paged)")
         self.model = model
         self.allocator = allocator

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from plotly.io import to_html
 from plotly.subplots import make_subplots
 
-from sim.engine.metrics import request_latencies
+from sim.outputs.figures import LatencySeries, latency_cdf_figure
 
 
 def _steps_figure(samples) -> go.Figure:
@@ -40,19 +40,10 @@ def _steps_figure(samples) -> go.Figure:
 
 
 def _cdf_figure(real_requests, sim_requests) -> go.Figure:
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("TTFT", "TPOT", "E2E"))
-    for label, reqs, color in (("real", real_requests, "#1971c2"), ("simulated", sim_requests, "#e8590c")):
-        lat = [request_latencies(r) for r in reqs if r.finish_s is not None]
-        for i in range(3):
-            vals = np.sort([x[i] for x in lat if x[i] is not None])
-            if vals.size:
-                fig.add_trace(go.Scatter(x=vals, y=np.arange(1, vals.size + 1) / vals.size,
-                                         name=label, legendgroup=label, showlegend=(i == 0),
-                                         line={"color": color}), 1, i + 1)
-        for i in range(3):
-            fig.update_xaxes(title_text="seconds", row=1, col=i + 1)
-    fig.update_layout(title="Open loop: latency CDFs, real engine against simulator", height=420)
-    return fig
+    return latency_cdf_figure(
+        [LatencySeries.of_requests(real_requests, "real", "#1971c2"),
+         LatencySeries.of_requests(sim_requests, "simulated", "#e8590c")],
+        title="Open loop: latency CDFs, real engine against simulator", log_x=False, height=420)
 
 
 def _pct(x) -> str:

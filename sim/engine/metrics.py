@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.kv.base import KVAllocator
+
 COLUMNS = (
     "time_s", "duration_s", "num_seqs", "num_prefill_tokens", "num_decode_tokens",
     "num_padding_tokens", "num_waiting", "num_running", "num_swapped", "num_preempted",
@@ -34,7 +36,7 @@ class StepLog:
     def __init__(self) -> None:
         self.rows: list[tuple] = []
 
-    def record(self, now: float, duration: float, out, sched, allocator) -> None:
+    def record(self, now: float, duration: float, out, sched, allocator: KVAllocator) -> None:
         reserved = internal = empty = 0
         kept = allocator.kept_tokens
         bounded = allocator.budget.max_tokens is not None
@@ -101,7 +103,7 @@ def preemption_counters(result) -> dict:
     }
 
 
-def notes(allocator) -> list[str]:
+def notes(allocator: KVAllocator) -> list[str]:
     """Caveats a reader of this run must know."""
     out = []
     if allocator.budget.max_tokens is not None:
@@ -137,10 +139,7 @@ def summarize(result) -> dict:
     external = steps["kv_external_frag_slots"]
     alloc_busy = float((alloc * dur).sum())
     alloc_cls = result.allocator
-    block_pool = getattr(alloc_cls, "pool", None)
-    hit_rate = None
-    if getattr(alloc_cls, "prefix_caching", False) and alloc_cls.num_queried_tokens:
-        hit_rate = alloc_cls.num_hit_tokens / alloc_cls.num_queried_tokens
+    cache = alloc_cls.prefix_cache_stats()
     return {
         "scenario": sc.name,
         "model": sc.model,
@@ -186,10 +185,10 @@ def summarize(result) -> dict:
             "mean_free_fraction": mean_frac(pool - alloc - external),
             "mean_allocated_unused_fraction": (
                 float(((alloc - token) * dur).sum() / alloc_busy) if alloc_busy > 0 else 0.0),
-            "prefix_cache_hit_rate": hit_rate,
-            "prefix_cache_hit_tokens": getattr(alloc_cls, "num_hit_tokens", 0),
-            "prefill_tokens_saved": getattr(alloc_cls, "num_hit_tokens", 0),
-            "prefix_cache_evictions": block_pool.num_evictions if block_pool is not None else 0,
+            "prefix_cache_hit_rate": cache.hit_rate,
+            "prefix_cache_hit_tokens": cache.hit_tokens,
+            "prefill_tokens_saved": cache.hit_tokens,
+            "prefix_cache_evictions": cache.evictions,
             "token_eviction": str(alloc_cls.budget.policy),
             "max_kv_tokens_per_request": plan.max_kv_tokens_per_seq,
             "tokens_evicted": sum(

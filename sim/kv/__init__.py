@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from sim.kv.base import KVAllocator, PrefixCacheStats
 from sim.kv.contiguous import ContiguousAllocator
 from sim.kv.eviction import PrefixEviction
 from sim.kv.paged import PagedAllocator
 from sim.kv.token_budget import TokenBudget
+
+__all__ = ["AllocatorKind", "ContiguousAllocator", "KVAllocator", "PagedAllocator",
+           "PrefixCacheStats", "make_allocator"]
 
 
 class AllocatorKind(StrEnum):
@@ -19,7 +23,7 @@ class AllocatorKind(StrEnum):
 def make_allocator(kind: AllocatorKind, *, num_blocks: int, block_size: int,
                    max_kv_tokens: int, prefix_caching: bool = False,
                    eviction: PrefixEviction = PrefixEviction.LRU,
-                   budget: TokenBudget = TokenBudget()):
+                   budget: TokenBudget = TokenBudget()) -> KVAllocator:
     """The one place an ``AllocatorKind`` becomes an object. The pool has
     ``num_blocks * block_size`` token slots for every kind, so kinds compare fairly."""
     if kind == AllocatorKind.PAGED:

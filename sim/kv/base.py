@@ -6,18 +6,45 @@ nothing of time or SimPy, so the validation engine reuses them around real kerne
 
 Slots are token positions of the KV pool. ``held_slots(req)`` is what a request holds
 (a whole reservation for the contiguous allocators, whole blocks for the paged one).
+
+Block-based allocators (``block_based``) give each request a table of physical block ids,
+which swaps copy and the real engine's kernels read. A contiguous allocator holds no
+blocks: its ``block_tables`` is always empty and ``block_ids`` always ``[]``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
+from sim.kv.token_budget import TokenBudget
 from sim.request import Request
+
+
+@dataclass(frozen=True)
+class PrefixCacheStats:
+    """Prefix-cache counters of a run so far (hits and evictions are 0 without caching)."""
+
+    enabled: bool  # the allocator caches prefixes
+    queried_tokens: int  # prompt tokens looked up at admissions
+    hit_tokens: int  # of which served by the cache (prefill tokens saved)
+    evictions: int  # cached blocks reused for new content
+
+    @property
+    def hit_rate(self) -> float | None:
+        """``hit_tokens / queried_tokens``; None without caching or before any lookup."""
+        if not self.enabled or not self.queried_tokens:
+            return None
+        return self.hit_tokens / self.queried_tokens
 
 
 class KVAllocator(Protocol):
     num_total_slots: int  # the KV pool, in tokens
     block_size: int  # allocation granule in tokens (1 for contiguous)
+    budget: TokenBudget  # the token-level eviction budget (unbounded by default)
+    block_based: bool  # requests hold physical blocks (paged), not one extent (contiguous)
+    block_tables: Mapping[int, list[int]]  # request_id -> block ids, oldest first; live view
 
     def lookup_prefix(self, req: Request) -> int:
         """Tokens at the start of ``req`` whose KV is already cached (0 if no caching).
@@ -40,6 +67,10 @@ class KVAllocator(Protocol):
     def free(self, req: Request) -> None:
         """Return everything ``req`` holds (a no-op if it holds nothing)."""
 
+    def block_ids(self, req: Request) -> list[int]:
+        """A copy of ``req``'s block table (``[]`` if it holds none, and always for a
+        contiguous allocator)."""
+
     def held_slots(self, req: Request) -> int:
         """Slots ``req`` holds now (shared prefix blocks included)."""
 
@@ -52,6 +83,9 @@ class KVAllocator(Protocol):
 
     def num_cached_free_slots(self) -> int:
         """Free slots that still hold reusable prefix-cache blocks."""
+
+    def prefix_cache_stats(self) -> PrefixCacheStats:
+        """The prefix-cache counters so far."""
 
     def fits_alone(self, num_tokens: int, req: Request) -> bool:
         """Could ``req`` hold ``num_tokens`` tokens with the pool otherwise empty?"""

@@ -10,19 +10,24 @@ Each admitted request reserves one contiguous extent of the pool, sized up front
 
 The reservation is held until the request finishes or is preempted; it never grows.
 With a token budget (``token_budget.py``) the extent is a ring buffer of at most the
-budget's tokens.
+budget's tokens. Requests hold no blocks (``block_based`` is False), and there is no
+prefix cache.
 """
 
 from __future__ import annotations
 
 import bisect
+from types import MappingProxyType
 
+from sim.kv.base import PrefixCacheStats
 from sim.kv.token_budget import TokenBudget
 from sim.request import Request
 
 
 class ContiguousAllocator:
     block_size = 1
+    block_based = False
+    block_tables = MappingProxyType({})  # no request holds blocks
 
     def __init__(self, num_slots: int, max_kv_tokens: int, exact: bool,
                  budget: TokenBudget = TokenBudget()) -> None:
@@ -86,6 +91,9 @@ class ContiguousAllocator:
         del self._size_at[start]
         self._allocated -= size
 
+    def block_ids(self, req: Request) -> list[int]:
+        return []
+
     def held_slots(self, req: Request) -> int:
         extent = self._extents.get(req.request_id)
         return extent[1] if extent else 0
@@ -107,6 +115,9 @@ class ContiguousAllocator:
 
     def num_cached_free_slots(self) -> int:
         return 0
+
+    def prefix_cache_stats(self) -> PrefixCacheStats:
+        return PrefixCacheStats(enabled=False, queried_tokens=0, hit_tokens=0, evictions=0)
 
     def fits_alone(self, num_tokens: int, req: Request) -> bool:
         return self.reservation(req) <= self.num_total_slots

@@ -12,6 +12,7 @@ back its oldest droppable blocks as it grows.
 
 from __future__ import annotations
 
+from sim.kv.base import PrefixCacheStats
 from sim.kv.block_pool import BlockPool
 from sim.kv.eviction import PrefixEviction
 from sim.kv.hashing import extend_block_hashes
@@ -20,6 +21,8 @@ from sim.request import Request
 
 
 class PagedAllocator:
+    block_based = True
+
     def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False,
                  eviction: PrefixEviction = PrefixEviction.LRU,
                  budget: TokenBudget = TokenBudget()) -> None:
@@ -142,6 +145,10 @@ class PagedAllocator:
 
     def num_cached_free_slots(self) -> int:
         return self.pool.num_cached_free * self.block_size
+
+    def prefix_cache_stats(self) -> PrefixCacheStats:
+        return PrefixCacheStats(enabled=self.prefix_caching, queried_tokens=self.num_queried_tokens,
+                                hit_tokens=self.num_hit_tokens, evictions=self.pool.num_evictions)
 
     def fits_alone(self, num_tokens: int, req: Request) -> bool:
         return self.budget.num_blocks(num_tokens, self.block_size) <= self.pool.num_blocks

@@ -20,8 +20,9 @@ from plotly.io import to_html
 from plotly.subplots import make_subplots
 
 from sim.errors import ConfigError
+from sim.outputs.figures import LatencySeries, latency_cdf_figure
 from sim.outputs.files import write_atomic
-from sim.sweep.runner import flatten
+from sim.outputs.files import flatten
 
 KEY_METRICS = (
     ("throughput.requests_per_s", "throughput (req/s)"),
@@ -72,11 +73,16 @@ def _labels(folders: list[str]) -> list[str]:
     return names if len(set(names)) == len(names) else [str(Path(f)) for f in folders]
 
 
+def _colors(runs: list[Run]) -> list[str]:
+    """One colour per run, shared by the bars and the CDFs."""
+    return [f"hsl({int(i * 360 / max(1, len(runs)))},60%,45%)" for i in range(len(runs))]
+
+
 def _bars(runs: list[Run]) -> go.Figure:
     n = len(KEY_METRICS)
     fig = make_subplots(rows=(n + 3) // 4, cols=4, subplot_titles=[t for _, t in KEY_METRICS],
                         vertical_spacing=0.12)
-    colors = [f"hsl({int(i * 360 / max(1, len(runs)))},60%,45%)" for i in range(len(runs))]
+    colors = _colors(runs)
     for i, (key, _) in enumerate(KEY_METRICS):
         for j, run in enumerate(runs):
             fig.add_trace(go.Bar(x=[run.label], y=[run.flat.get(key)], name=run.label, marker_color=colors[j],
@@ -87,18 +93,9 @@ def _bars(runs: list[Run]) -> go.Figure:
 
 
 def _cdfs(runs: list[Run]) -> go.Figure:
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("TTFT", "TPOT", "E2E latency"))
-    for j, run in enumerate(runs):
-        for i, key in enumerate(("ttft_s", "tpot_s", "e2e_s")):
-            vals = np.sort(run.requests[key])
-            if vals.size:
-                step = max(1, vals.size // 1500)
-                y = np.arange(1, vals.size + 1) / vals.size
-                fig.add_trace(go.Scatter(x=vals[::step], y=y[::step], mode="lines", name=run.label,
-                                         legendgroup=run.label, showlegend=i == 0), 1, i + 1)
-        fig.update_xaxes(title_text="seconds", type="log")
-    fig.update_layout(title="Latency CDFs (finished requests)", yaxis_title="fraction of requests")
-    return fig
+    return latency_cdf_figure([
+        LatencySeries(run.label, run.requests["ttft_s"], run.requests["tpot_s"], run.requests["e2e_s"], color)
+        for run, color in zip(runs, _colors(runs))])
 
 
 def _memory(runs: list[Run]) -> go.Figure:

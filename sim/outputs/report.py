@@ -21,9 +21,8 @@ from plotly.subplots import make_subplots
 
 import yaml
 
-from sim.engine.metrics import request_latencies
+from sim.outputs.figures import MAX_POINTS, LatencySeries, latency_cdf_figure
 
-MAX_POINTS = 1500
 MAX_TIMELINE_REQUESTS = 60
 
 
@@ -115,28 +114,6 @@ def _events_figure(steps: dict, preemption_mode: str) -> go.Figure:
     fig.update_yaxes(title_text="swapped out", row=2, col=1, secondary_y=True)
     fig.update_yaxes(rangemode="tozero")
     fig.update_layout(title="Preemption and swap events", xaxis2_title="simulated time (s)", height=560)
-    return fig
-
-
-def _cdf_figure(requests, slo) -> go.Figure:
-    lat = [request_latencies(r) for r in requests if r.finish_s is not None]
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("TTFT", "TPOT", "E2E latency"))
-    for i, (name, limit) in enumerate((("TTFT", slo.ttft_s), ("TPOT", slo.tpot_s), ("E2E", None))):
-        vals = np.sort([x[i] for x in lat if x[i] is not None])
-        if vals.size:
-            step = max(1, vals.size // MAX_POINTS)
-            y = np.arange(1, vals.size + 1) / vals.size
-            fig.add_trace(go.Scatter(x=vals[::step], y=y[::step], name=name, mode="lines"), 1, i + 1)
-        if limit is not None:
-            fig.add_vline(x=limit, line_dash="dash", line_color="red", row=1, col=i + 1,
-                          annotation_text="SLO", annotation_position="bottom right")
-        fig.update_xaxes(title_text="seconds", type="log", row=1, col=i + 1)
-    fig.update_yaxes(title_text="fraction of requests", range=[0, 1], row=1, col=1)
-    axes = ("xaxis", "xaxis2", "xaxis3")
-    fig.update_layout(title="Latency CDFs (finished requests)", showlegend=False, updatemenus=[dict(
-        type="buttons", direction="right", x=1.0, xanchor="right", y=1.25, yanchor="top", buttons=[
-            dict(label=kind + " x axes", method="relayout", args=[{f"{a}.type": kind for a in axes}])
-            for kind in ("log", "linear")])])
     return fig
 
 
@@ -245,7 +222,9 @@ def render_report(result, summary: dict, calibration=None) -> str:
     sc = result.scenario
     figs = [_memory_figure(steps, pool), _load_figure(steps),
             _events_figure(steps, str(sc.scheduler.preemption)),
-            _cdf_figure(result.requests, sc.slo), _timeline_figure(result.requests)]
+            latency_cdf_figure([LatencySeries.of_requests(result.requests)],
+                               slo_s=(sc.slo.ttft_s, sc.slo.tpot_s, None), axis_toggle=True),
+            _timeline_figure(result.requests)]
     parts = [to_html(f, full_html=False, include_plotlyjs=(i == 0), config={"responsive": True})
              for i, f in enumerate(figs)]
     scenario_yaml = yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import deque
 from enum import StrEnum
 
+from sim.kv.base import KVAllocator
 from sim.kv.swap import SwapSpace, SwapTransfer
 from sim.request import Request, RequestStatus
 from sim.sched.output import SchedulerOutput
@@ -26,12 +27,12 @@ class PreemptionMode(StrEnum):
 
 
 class Preemptor:
-    def __init__(self, mode: PreemptionMode, allocator, swap: SwapSpace, bytes_per_slot: float,
-                 copies_per_block: int = 1, transfer: SwapTransfer = SwapTransfer.PER_BLOCK) -> None:
+    def __init__(self, mode: PreemptionMode, allocator: KVAllocator, swap: SwapSpace,
+                 bytes_per_slot: float, copies_per_block: int = 1,
+                 transfer: SwapTransfer = SwapTransfer.PER_BLOCK) -> None:
         self.mode = mode
         self.copies_per_block = copies_per_block  # engines copy each block per layer, K and V
         self.gathered = transfer == SwapTransfer.GATHERED  # then one copy per layer, K and V
-        self._block_based = getattr(allocator, "block_ids", None) is not None
         self._swapped_blocks: dict[int, int] = {}  # request_id -> blocks it swapped out
         self.allocator = allocator
         self.swap = swap
@@ -52,10 +53,9 @@ class Preemptor:
         if self.mode == PreemptionMode.SWAP:
             num_bytes = self.held_bytes(req)
             if self.swap.reserve(req.request_id, num_bytes):
-                block_ids = getattr(self.allocator, "block_ids", None)
                 num_blocks = 1  # a contiguous extent moves in one copy per layer
-                if block_ids is not None:
-                    out.swapped_out_blocks[req.request_id] = block_ids(req)
+                if self.allocator.block_based:
+                    out.swapped_out_blocks[req.request_id] = self.allocator.block_ids(req)
                     num_blocks = len(out.swapped_out_blocks[req.request_id])
                 self._swapped_blocks[req.request_id] = num_blocks
                 self._count_copies(out, num_blocks, num_bytes)
@@ -78,7 +78,7 @@ class Preemptor:
 
     def _count_copies(self, out: SchedulerOutput, num_blocks: int, num_bytes: int) -> None:
         """The host<->device copies (and device staging) one request's swap takes."""
-        if self.gathered and self._block_based:  # a contiguous extent needs no packing
+        if self.gathered and self.allocator.block_based:  # a contiguous extent needs no packing
             out.swap_copies += self.copies_per_block
             out.swap_staged_bytes += num_bytes
             out.swap_staging_launches += self.copies_per_block

@@ -1,0 +1,84 @@
+"""Plotly figures shared by the HTML pages (``report.html``, ``compare.html``, ``validation.html``).
+
+``latency_cdf_figure``: TTFT, TPOT and E2E latency CDFs side by side, one curve per series
+in each panel, a series keeping one colour across the panels. Long series are thinned to
+at most ``MAX_POINTS`` drawn points per curve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import plotly.colors
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from sim.engine.metrics import request_latencies
+
+MAX_POINTS = 1500
+PANEL_TITLES = ("TTFT", "TPOT", "E2E latency")
+METRIC_NAMES = ("TTFT", "TPOT", "E2E")
+COLORS = plotly.colors.qualitative.Plotly  # plotly's default colour sequence
+
+
+@dataclass(frozen=True)
+class LatencySeries:
+    """The latencies (seconds) of one set of finished requests: one curve per panel.
+
+    ``label`` names the curves in the legend; None for a page's only series (then each
+    curve is named by its metric and there is no legend). ``color`` None: the next colour
+    of plotly's default sequence.
+    """
+
+    label: str | None
+    ttft_s: Sequence[float]
+    tpot_s: Sequence[float]
+    e2e_s: Sequence[float]
+    color: str | None = None
+
+    @classmethod
+    def of_requests(cls, requests, label: str | None = None, color: str | None = None) -> LatencySeries:
+        """The series of ``requests``' finished ones (TPOT of those with two or more tokens)."""
+        lat = [request_latencies(r) for r in requests if r.finish_s is not None]
+        ttft, tpot, e2e = ([x[i] for x in lat if x[i] is not None] for i in range(3))
+        return cls(label, ttft, tpot, e2e, color)
+
+
+def latency_cdf_figure(series: Sequence[LatencySeries], *, title: str = "Latency CDFs (finished requests)",
+                       slo_s: Sequence[float | None] = (None, None, None), log_x: bool = True,
+                       axis_toggle: bool = False, height: int | None = None) -> go.Figure:
+    """TTFT, TPOT and E2E CDFs of every series. ``slo_s``: a limit per panel, drawn as a
+    dashed red line marked "SLO" (None: no line). ``axis_toggle``: buttons that switch the
+    x axes between log and linear."""
+    fig = make_subplots(rows=1, cols=3, subplot_titles=PANEL_TITLES)
+    legend = any(s.label is not None for s in series)
+    for j, s in enumerate(series):
+        color = s.color or COLORS[j % len(COLORS)]
+        for i, values in enumerate((s.ttft_s, s.tpot_s, s.e2e_s)):
+            vals = np.sort(np.asarray(values, dtype=float))
+            if not vals.size:
+                continue
+            step = max(1, vals.size // MAX_POINTS)
+            y = np.arange(1, vals.size + 1) / vals.size
+            name = s.label if s.label is not None else METRIC_NAMES[i]
+            fig.add_trace(go.Scatter(x=vals[::step], y=y[::step], mode="lines", name=name,
+                                     legendgroup=s.label, showlegend=legend and i == 0,
+                                     line_color=color), 1, i + 1)
+    for i, limit in enumerate(slo_s):
+        if limit is not None:
+            fig.add_vline(x=limit, line_dash="dash", line_color="red", row=1, col=i + 1,
+                          annotation_text="SLO", annotation_position="bottom right")
+    fig.update_xaxes(title_text="seconds", type="log" if log_x else "linear")
+    fig.update_yaxes(title_text="fraction of requests", range=[0, 1], row=1, col=1)
+    fig.update_layout(title=title, showlegend=legend)
+    if height is not None:
+        fig.update_layout(height=height)
+    if axis_toggle:
+        axes = ("xaxis", "xaxis2", "xaxis3")
+        fig.update_layout(updatemenus=[dict(
+            type="buttons", direction="right", x=1.0, xanchor="right", y=1.25, yanchor="top", buttons=[
+                dict(label=kind + " x axes", method="relayout", args=[{f"{a}.type": kind for a in axes}])
+                for kind in ("log", "linear")])])
+    return fig
