@@ -6,9 +6,9 @@
   measured time. Where the simulated engine sat idle before a step and the calibration
   measured an after-idle factor, the real engine sleeps as long first (up to the idle
   time the calibration measured), so the step is as cold as the one predicted.
-* **Open loop**: a real engine serves the workload with arrivals on the wall clock, built
-  from fresh parts (the same scheduler, allocator and workload objects as the simulator),
-  with measured step times deciding when the next step starts.
+* **Open loop**: the real engine (``realengine.serve``) serves the workload with arrivals on
+  the wall clock, built from fresh parts (the same scheduler, allocator, workload and engine
+  step as the simulator), with measured step times deciding when the next step starts.
 
 Both build the model with the memory plan's number of KV blocks, so the pool is the one
 the allocator manages.
@@ -16,22 +16,20 @@ the allocator manages.
 
 from __future__ import annotations
 
-import heapq
-import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from sim.engine.predict import after_idle_replay_s, kernel_sum_cost, predicted_step_s, predicted_transfer_s
-from sim.engine.simulation import Simulation, SimResult
-from sim.calib.composition import IDLE_THRESHOLD_S
-from sim.engine.metrics import StepLog
-from sim.engine.parts import SessionDriver, build_parts
-from sim.config.scenario import Scenario
-from sim.sched.output import SchedulerOutput
 from realengine.executor import StepExecutor
 from realengine.model import TinyLlama
+from realengine.serve import ExecutorRunner, RealRun, serve
+from sim.calib.composition import IDLE_THRESHOLD_S
+from sim.config.scenario import Scenario
+from sim.engine.parts import build_parts
+from sim.engine.predict import after_idle_replay_s, kernel_sum_cost, predicted_step_s, predicted_transfer_s
+from sim.engine.simulation import SimResult, Simulation
+from sim.sched.output import SchedulerOutput
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -47,18 +45,6 @@ class StepSample:
     batch: tuple  # ((request_id, num_new_tokens), ...): the decision, for comparisons
     kernel_sum_s: float | None = None  # the prediction without the calibration's composition
     idle_before_s: float | None = None  # open loop: wall time since the previous step ended
-
-
-@dataclass
-class RealRun:
-    requests: list
-    steps: StepLog
-    end_s: float
-    samples: list[StepSample] = field(default_factory=list)
-    allocator: object = None
-    preemptor: object = None
-    swap: object = None
-    scheduler: object = None
 
 
 def make_model(sc: Scenario, device: torch.device) -> TinyLlama:
@@ -114,54 +100,12 @@ def warm_up(sc: Scenario, model: TinyLlama, num_requests: int = 12) -> None:
 def run_open_loop(sc: Scenario, model: TinyLlama) -> RealRun:
     """Serve the scenario's workload for real, arrivals on the wall clock."""
     parts = build_parts(sc)
-    sched, cost = parts.scheduler, parts.cost
-    executor = StepExecutor(model, parts.allocator, sc.kv.block_size, sc.kv.swap_transfer)
-    driver = SessionDriver(sc, sched)
-    steps = StepLog()
-    run = RealRun(driver.requests, steps, 0.0, allocator=parts.allocator,
-                  preemptor=parts.preemptor, swap=parts.swap, scheduler=sched)
-    pending = [(s.arrival_s, s.session_id, 0, s) for s in parts.sessions]
-    heapq.heapify(pending)
-    t0 = time.perf_counter()
-    last_end = None
-    timed: list[tuple[SchedulerOutput, float, float | None]] = []  # (batch, measured s, idle before)
-
-    def now() -> float:
-        return time.perf_counter() - t0
-
-    while pending or sched.has_work():
-        while pending and pending[0][0] <= now():
-            arrival, _, turn, session = heapq.heappop(pending)
-            driver.submit(session, turn, arrival)  # it arrived then, even if seen late
-        if not sched.has_work():
-            time.sleep(max(0.0, pending[0][0] - now()))
-            continue
-        out = sched.schedule()
-        if not out.scheduled and not out.decode_padding_seqs:
-            executor.execute(out)  # swap-outs, if any
-            if not out.preempted:
-                if not pending:
-                    break  # nothing can ever run: left in flight
-                time.sleep(max(0.0, pending[0][0] - now()))
-            continue
-        start = now()
-        measured = executor.execute(out)
-        end = start + measured
-        timed.append((out, measured, None if last_end is None else start - last_end))
-        last_end = end
-        finished = sched.update_from_output(out, end, start)
-        steps.record(end, end - start, out, sched, parts.allocator)
-        for req in finished:
-            follow = driver.next_turn(req)
-            if follow is not None:
-                session, turn, think = follow
-                heapq.heappush(pending, (end + think, session.session_id, turn, session))
-    run.end_s = now()
+    runner = ExecutorRunner(StepExecutor(model, parts.allocator, sc.kv.block_size, sc.kv.swap_transfer))
+    run = serve(parts, runner)
     # predictions after the run: the cost model's work is not the engine's (on the CPU it
     # would add ~100 us between steps, 2-3% of a step here)
-    raw = kernel_sum_cost(cost)
-    run.samples = [_sample(cost, raw, out, measured, math.inf if idle is None else idle)
-                   for out, measured, idle in timed]
+    raw = kernel_sum_cost(parts.cost)
+    run.samples = [_sample(parts.cost, raw, out, measured, idle) for out, measured, idle in runner.timed]
     return run
 
 

@@ -1,10 +1,9 @@
-"""The SimPy engine: arrivals, the engine step loop, and a PCIe link for swaps.
+"""The SimPy simulation: arrivals, the engine loop on a simulated clock, and a PCIe link for swaps.
 
-The scheduler and allocator are plain objects (built in ``parts.py``); this module owns
-time. One engine step: ask the scheduler for a batch, move swapped KV over the PCIe link
-(a SimPy resource, so transfers serialize), advance the clock by the cost model's step
-time, then tell the scheduler the step is done. Follow-up turns of a conversation arrive
-a think time after the previous answer.
+Every engine step is :class:`sim.engine.step.EngineStep`'s, the same object the real engine
+drives; here its batches take the cost model's predicted time (``PredictedRunner``) and the
+clock advances by it, swaps holding the host link (a SimPy resource, so transfers
+serialize). Follow-up turns of a conversation arrive a think time after the previous answer.
 
 The run ends when no event is left: every arrival has happened and the engine has
 drained its queues (or can make no progress, which leaves requests ``in_flight``).
@@ -12,25 +11,22 @@ drained its queues (or can make no progress, which leaves requests ``in_flight``
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 import simpy
 
+from sim.config.scenario import Scenario
+from sim.engine.metrics import StepLog
+from sim.engine.parts import SessionDriver, build_parts
+from sim.engine.step import EngineStep, PredictedRunner, Wait, WaitKind
 from sim.kv.swap import SwapSpace
 from sim.model.memory import MemoryPlan
-from sim.engine.metrics import StepLog
-from sim.engine.predict import predicted_step_s, predicted_transfer_s
-from sim.engine.parts import (
-    DTYPE_BYTES, SessionDriver, build_parts, build_plan, remaining_output_model, token_budget)
 from sim.request import Request
-from sim.config.scenario import Scenario
 from sim.sched.output import SchedulerOutput
 from sim.sched.preemption import Preemptor
 from sim.workload.generate import SessionSpec
-
 
 
 @dataclass
@@ -70,14 +66,25 @@ class Simulation:
         self.sessions: list[SessionSpec] = parts.sessions
         self.driver = SessionDriver(sc, self.scheduler)
         self.requests = self.driver.requests
-        self.steps = StepLog()
         self.progress = progress
-        self.step_hook = step_hook
-        self._last_end: float | None = None  # when the previous step ended (None: none yet)
-        self.idle_before_s = math.inf  # idle time before the step being run (the step hook may read it)
         self.env = simpy.Environment()
         self.link = simpy.Resource(self.env, capacity=1)
         self._wakeup = self.env.event()
+        self.core = EngineStep(self.scheduler, self.allocator, self.driver, StepLog(),
+                               PredictedRunner(self.cost), clock=lambda: self.env.now, hook=step_hook)
+
+    @property
+    def steps(self) -> StepLog:
+        return self.core.steps
+
+    @steps.setter
+    def steps(self, log: StepLog) -> None:
+        self.core.steps = log
+
+    @property
+    def idle_before_s(self) -> float:
+        """Idle time before the batch being run (the step hook may read it)."""
+        return self.core.idle_before_s
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -99,50 +106,34 @@ class Simulation:
     # -- the engine loop ----------------------------------------------------------------------
 
     def _engine(self):
-        env, sched = self.env, self.scheduler
+        env, core = self.env, self.core
         while True:
-            if not sched.has_work():
+            if not core.has_work():
                 self._wakeup = env.event()
                 yield self._wakeup
-            out = sched.schedule()
-            # A static batch whose last live member was just preempted is left with padding
-            # rows only: nothing is computed, but the update ends the batch at once and its
-            # answers go out.
-            if not out.scheduled and not out.decode_padding_seqs:
-                # Nothing ran. A preemption freed memory (after its swap-out, if any): try
-                # again at once. Otherwise nothing can run until something arrives.
-                if out.swap_out_bytes:
-                    if self.step_hook is not None:
-                        self.step_hook(out)  # a real engine copies the victims' blocks out now
-                    yield from self._transfer(out)
-                    self._last_end = env.now
-                if out.preempted:
-                    continue
+            step = core.begin()
+            for wait in step.waits:
+                yield from self._advance(wait)
+            after = core.end(step, env.now)
+            if not step.ran:
+                if after.retry:
+                    continue  # a preemption freed memory (after its swap-out): try again at once
                 self._wakeup = env.event()
-                yield self._wakeup
+                yield self._wakeup  # nothing can run until something arrives
                 continue
-            start = env.now
-            self.idle_before_s = math.inf if self._last_end is None else start - self._last_end
-            if self.step_hook is not None and (out.scheduled or out.swapped_out or out.swapped_in):
-                self.step_hook(out)
-            if out.swap_out_bytes or out.swap_in_bytes:
-                yield from self._transfer(out)
-            if out.scheduled:
-                yield env.timeout(predicted_step_s(self.cost, out, self.idle_before_s))
-            self._last_end = env.now
-            finished = sched.update_from_output(out, env.now, start)
-            self.steps.record(env.now, env.now - start, out, sched, self.allocator)
-            for req in finished:
-                follow = self.driver.next_turn(req)
-                if follow is not None:
-                    env.process(self._follow_up(*follow))
+            for follow in after.follow_ups:
+                env.process(self._follow_up(*follow))
             if self.progress is not None:
+                sched = self.scheduler
                 self.progress(env.now, len(sched.finished) + len(sched.rejected), len(self.requests))
 
-    def _transfer(self, out: SchedulerOutput):
-        with self.link.request() as slot:
-            yield slot
-            yield self.env.timeout(predicted_transfer_s(self.cost, out))
+    def _advance(self, wait: Wait):
+        if wait.kind is WaitKind.TRANSFER:
+            with self.link.request() as slot:
+                yield slot
+                yield self.env.timeout(wait.seconds)
+        else:
+            yield self.env.timeout(wait.seconds)
 
     def run(self) -> SimResult:
         t0 = time.perf_counter()

@@ -1,0 +1,150 @@
+"""The one engine step, shared by the simulator and the real engine: schedule, run the batch,
+update.
+
+:class:`EngineStep` owns every decision and every piece of bookkeeping of a step: what the
+scheduler picks, when a batch counts as run, the idle time before it (which a measured
+calibration's after-idle factor reads), when the "last step ended" time moves (after a
+batch that only swaps requests out too), the step log, and the follow-up turns of finished
+conversations. What it does not own is time. A :class:`BatchRunner` runs the batch and says
+how long each part took:
+
+* the SimPy simulation's runner (:class:`PredictedRunner`) answers with the cost model's
+  predictions, and the simulation advances its clock by them;
+* the real engine's runner executes the kernels and answers with the measured time, which
+  has already passed on the wall clock.
+
+A driver calls :meth:`EngineStep.begin` at the step's start, lets the returned waits pass on
+its clock, then calls :meth:`EngineStep.end` with the time the step ended.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Callable, Protocol
+
+from sim.engine.metrics import StepLog
+from sim.engine.predict import predicted_step_s, predicted_transfer_s
+from sim.request import Request
+from sim.sched.output import SchedulerOutput
+
+
+class WaitKind(StrEnum):
+    TRANSFER = "transfer"  # KV swapped over the host link (serialized on it)
+    COMPUTE = "compute"  # the batch's forward pass
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """A stretch of a step's time: ``seconds`` of ``kind``."""
+
+    kind: WaitKind
+    seconds: float
+
+
+class BatchRunner(Protocol):
+    """Runs scheduled batches: on a model of the GPU (predicted) or on a real one (measured)."""
+
+    def swap_out(self, out: SchedulerOutput) -> float:
+        """Copy out the victims of a batch that runs nothing; seconds it takes."""
+
+    def run(self, out: SchedulerOutput, idle_before_s: float) -> tuple[Wait, ...]:
+        """Run a batch (its swaps, then its forward pass) that starts ``idle_before_s`` after
+        the previous step ended; the waits it takes, in order."""
+
+
+class PredictedRunner:
+    """The simulator's runner: each batch takes what the cost model predicts."""
+
+    def __init__(self, cost) -> None:
+        self.cost = cost
+
+    def swap_out(self, out: SchedulerOutput) -> float:
+        return predicted_transfer_s(self.cost, out)
+
+    def run(self, out: SchedulerOutput, idle_before_s: float) -> tuple[Wait, ...]:
+        waits = []
+        if out.swap_out_bytes or out.swap_in_bytes:
+            waits.append(Wait(WaitKind.TRANSFER, predicted_transfer_s(self.cost, out)))
+        if out.scheduled:
+            waits.append(Wait(WaitKind.COMPUTE, predicted_step_s(self.cost, out, idle_before_s)))
+        return tuple(waits)
+
+
+@dataclass
+class Step:
+    """One step in progress: the scheduler's batch and what running it takes."""
+
+    out: SchedulerOutput
+    ran: bool  # False: nothing could run (at most the victims of a preemption were copied out)
+    start_s: float
+    idle_before_s: float  # since the previous step ended (inf before the first step)
+    waits: tuple[Wait, ...]
+
+
+@dataclass
+class StepEnd:
+    """What a driver must do after a step."""
+
+    retry: bool = False  # nothing ran, but a preemption freed memory: schedule again at once
+    follow_ups: list[tuple] = field(default_factory=list)  # (session, turn, think time) to arrive
+
+
+class EngineStep:
+    """Schedule -> run the batch -> update, for any clock.
+
+    ``hook(out)``, if given, sees every batch before it runs, and a batch that only swaps
+    requests out (``sim validate`` runs the same batch on the real model there, in lockstep).
+    """
+
+    def __init__(self, scheduler, allocator, driver, steps: StepLog, runner: BatchRunner,
+                 clock: Callable[[], float],
+                 hook: Callable[[SchedulerOutput], None] | None = None) -> None:
+        self.scheduler = scheduler
+        self.allocator = allocator
+        self.driver = driver
+        self.steps = steps
+        self.runner = runner
+        self.clock = clock
+        self.hook = hook
+        self.last_end_s: float | None = None  # when the previous step ended (None: none yet)
+        self.idle_before_s = math.inf  # idle time before the last batch that ran
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def begin(self) -> Step:
+        """Schedule a batch and run it; the step's waits are still to pass on the driver's clock."""
+        out = self.scheduler.schedule()
+        now = self.clock()
+        # A static batch whose last live member was just preempted is left with padding rows
+        # only: nothing is computed, but the update ends the batch at once and its answers go out.
+        if not out.scheduled and not out.decode_padding_seqs:
+            waits: tuple[Wait, ...] = ()
+            if out.swap_out_bytes:
+                if self.hook is not None:
+                    self.hook(out)  # a real engine copies the victims' blocks out now
+                waits = (Wait(WaitKind.TRANSFER, self.runner.swap_out(out)),)
+            return Step(out, False, now, self.idle_before_s, waits)
+        self.idle_before_s = math.inf if self.last_end_s is None else now - self.last_end_s
+        if self.hook is not None and (out.scheduled or out.swapped_out or out.swapped_in):
+            self.hook(out)
+        return Step(out, True, now, self.idle_before_s, self.runner.run(out, self.idle_before_s))
+
+    def end(self, step: Step, end_s: float) -> StepEnd:
+        """Finish ``step`` at ``end_s``: the scheduler's update, the step log, follow-up turns."""
+        out = step.out
+        if not step.ran:
+            if out.swap_out_bytes:
+                self.last_end_s = end_s  # the engine was busy copying
+            return StepEnd(retry=bool(out.preempted))
+        self.last_end_s = end_s
+        finished: list[Request] = self.scheduler.update_from_output(out, end_s, step.start_s)
+        self.steps.record(end_s, end_s - step.start_s, out, self.scheduler, self.allocator)
+        follow_ups = []
+        for req in finished:
+            follow = self.driver.next_turn(req)
+            if follow is not None:
+                follow_ups.append(follow)
+        return StepEnd(follow_ups=follow_ups)
