@@ -18,20 +18,6 @@ from sim.errors import ConfigError
 from sim.kv import AllocatorKind
 
 
-def add_validate_parser(sub) -> None:
-    p = sub.add_parser("validate", help="run the scenario on a real model and measure the simulator's error")
-    p.add_argument("scenario", help="scenario YAML file")
-    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
-    p.add_argument("--calibration", default=None,
-                   help="calibration name or YAML for the simulator (default: the scenario's gpu)")
-    p.add_argument("--out", default=None, help="output folder (default runs/<name>-validate)")
-    p.add_argument("--mode", choices=("both", "lockstep", "open-loop"), default="both")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE")
-    p.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up run")
-    p.add_argument("--no-drift-check", action="store_true",
-                   help="skip re-timing a few of the calibration's whole steps before validating")
-
-
 def _check(sc) -> None:
     src = sc.source_path
     if sc.kv.allocator != AllocatorKind.PAGED:
@@ -125,7 +111,7 @@ def run_validate(args) -> int:
 
 
 def _drift(sc, device) -> dict | None:
-    """How the calibration's recorded whole steps run now (sim/validate/drift.py)."""
+    """How the calibration's recorded whole steps run now (validation/drift.py)."""
     from sim.calib.calibration import calibration_file
     from sim.engine.parts import build_plan, relative_to_scenario
     from validation.drift import calibration_drift

@@ -1,7 +1,7 @@
 """``sim kv``: KV cache bytes per token, per block and per sequence; with ``--gpu``, the pool.
 
 Thin: parse, load and validate (ConfigError with source ``<cli>`` and the flag as key),
-compute with sim.model / sim.memory, print a rich table or one JSON object (``--json``).
+compute with sim.model.spec / sim.model.memory, print a rich table or one JSON object (``--json``).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def _add_run_parser(sub) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from sim.cli.kv import add_kv_parser
     from sim.cli.sweep import add_compare_parser, add_sweep_parser
-    from validation.cli import add_validate_parser
+    from sim.cli.validate import add_validate_parser
 
     parser = argparse.ArgumentParser(
         prog="sim", description="kvsim: what will my LLM server do with its GPU memory?")

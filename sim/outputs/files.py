@@ -25,6 +25,23 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+#: Summary keys that measure the machine, not the scenario (left out of flattened summaries,
+#: so a sweep's results.csv depends only on its inputs).
+WALL_CLOCK_KEYS = {"sim_wall_s"}
+
+
+def flatten(doc: dict, prefix: str = "") -> dict:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; lists become JSON text."""
+    flat = {}
+    for key, value in doc.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, name + "."))
+        elif name not in WALL_CLOCK_KEYS:
+            flat[name] = json.dumps(value) if isinstance(value, list) else value
+    return flat
+
+
 def _fmt(v) -> str:
     if v is None:
         return ""

@@ -1,7 +1,7 @@
 """Where a sweep's points run: a local process pool, or Ray.
 
 An executor is a callable ``executor(tasks, on_result)``: ``tasks`` are argument tuples of
-:func:`sim.sweep.run_point`; ``on_result(record)`` is called in the calling process as
+:func:`sim.sweep.runner.run_point`; ``on_result(record)`` is called in the calling process as
 each point finishes, in completion order (results.csv is ordered by the grid, not by
 this). Neither executor retries: ``run_point`` never raises, it records the crash.
 

@@ -5,7 +5,7 @@ Layout of a sweep folder::
     DIR/points/<point_id>.json   one record per finished point, written atomically the
                                  moment it finishes (``--resume`` reuses them)
     DIR/results.csv              one row per point, in grid order
-    DIR/whatif.html              the interactive what-if page (sim/whatif.py)
+    DIR/whatif.html              the interactive what-if page (whatif.py)
 
 A record is ``{"point_id", "values", "status": "ok" | "invalid" | "error", "error",
 "summary"}``. ``invalid`` points failed validation (a bad combination) and never ran;
@@ -28,9 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sim.sweep.grid import SweepPlan, SweepPoint
-from sim.outputs.files import write_atomic
-
-WALL_CLOCK_KEYS = {"sim_wall_s"}
+from sim.outputs.files import flatten, write_atomic
 
 
 def run_point(point_id: str, values: dict, data: dict, source: str) -> dict:
@@ -77,18 +75,6 @@ def load_records(out_dir: Path) -> dict[str, dict]:
             if isinstance(rec, dict) and rec.get("point_id") == path.stem:
                 found[path.stem] = rec
     return found
-
-
-def flatten(doc: dict, prefix: str = "") -> dict:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; lists become JSON text."""
-    flat = {}
-    for key, value in doc.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, name + "."))
-        elif name not in WALL_CLOCK_KEYS:
-            flat[name] = json.dumps(value) if isinstance(value, list) else value
-    return flat
 
 
 def _cell(v) -> str:
@@ -169,7 +155,7 @@ def run_sweep(plan: SweepPlan, out_dir: Path, executor, *, resume: bool = False,
     if tasks:
         executor(tasks, on_result)
     write_atomic(out_dir / "results.csv", results_csv(plan, records))
-    from sim.outputs.whatif import render_whatif
+    from sim.sweep.whatif import render_whatif
 
     write_atomic(out_dir / "whatif.html", render_whatif(plan, records))
     statuses = [records[p.point_id]["status"] for p in plan.points]

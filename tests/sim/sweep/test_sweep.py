@@ -12,7 +12,8 @@ from sim.cli.main import main
 from sim.errors import ConfigError
 from sim.sweep.executors import run_local
 from sim.sweep.grid import plan_sweep, split_values
-from sim.sweep.runner import flatten, load_records, points_dir, results_csv, run_sweep
+from sim.outputs.files import flatten
+from sim.sweep.runner import load_records, points_dir, results_csv, run_sweep
 
 GRID = ["kv.block_size=8,16,32", "scheduler.preemption=recompute,swap"]
 
@@ -167,7 +168,7 @@ def test_plan_errors_are_config_errors(scenario):
 
 
 def test_whatif_views_follow_the_varied_keys(scenario):
-    from sim.outputs.whatif import page_data
+    from sim.sweep.whatif import page_data
 
     plan = plan_sweep(scenario, GRID)
     views = {v["name"]: v for v in page_data(plan, {})["presets"]}
