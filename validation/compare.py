@@ -2,7 +2,7 @@
 
 Relative errors are ``(predicted - measured) / measured``: positive means the simulator
 is pessimistic (predicts slower than reality). MAPE is the mean of their absolute values.
-When the calibration has a composition (sim/composition.py), ``kernel_sum`` gives the
+When the calibration has a composition (sim/calib/composition.py), ``kernel_sum`` gives the
 errors of the plain kernel sum too, so its share of the accuracy stays visible.
 """
 

@@ -1,7 +1,7 @@
 """Has the machine changed since it was calibrated? Re-time a few calibrated steps.
 
 A measured calibration keeps its raw timings (``<name>.jsonl``), among them whole
-engine steps (``kernel: forward``, sim/composition.py). ``sim validate`` re-times a few
+engine steps (``kernel: forward``, sim/calib/composition.py). ``sim validate`` re-times a few
 of them on the same device before validating and reports how fast they run now against
 then: a validation against a calibration the machine no longer matches measures the
 drift, not the simulator. (On the shared 2-core dev VM the same steps ran 15-20% faster

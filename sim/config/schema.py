@@ -1,6 +1,6 @@
 """The scenario schema: frozen pydantic models, one per YAML section.
 
-``sim/scenario.py`` loads and validates files against it (and re-exports every name
+``sim/config/scenario.py`` loads and validates files against it (and re-exports every name
 here); see README.md, "Scenario reference", for the meaning of each key.
 """
 
