@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import math
 
-from sim.calib.kernel_models import DTYPE_BYTES
-
-TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+from sim.model.dtypes import DTYPE_BYTES
 
 
 def input_bytes(kernel: str, shape: dict) -> int:
@@ -58,8 +56,10 @@ def _paged(torch, device, dtype, lens: list[int], block_size: int, hkv: int, d: 
 
 def _one(torch, kernel: str, s: dict, device, gen, cpu_gen):
     """One callable for one copy of the inputs."""
+    from realengine.model import TORCH_DTYPES  # noqa: PLC0415  (imports torch)
+
     cuda = device.type == "cuda"
-    dtype = getattr(torch, TORCH_DTYPES.get(s.get("dtype", "bf16"), "bfloat16"))
+    dtype = TORCH_DTYPES.get(s.get("dtype", "bf16"), torch.bfloat16)
     rand = lambda *shape: torch.randn(*shape, device=device, dtype=dtype, generator=gen)  # noqa: E731
     if kernel in ("gemm", "decode_gemv"):
         x, w = rand(s["m"], s["k"]), rand(s["n"], s["k"])  # weight [n, k] as in nn.Linear
@@ -179,7 +179,7 @@ def _forward(torch, s: dict, device, dtype):
     """One whole step of the validation engine (sim.validate: pack the batch, the model's
     forward over the paged KV cache, the sampled ids read back) on a synthetic batch of
     ``decode_seqs`` decodes after ``decode_context`` tokens and ``prefill_seqs`` chunks of
-    ``prefill_query`` tokens after ``prefill_context`` (fields: sim.composition)."""
+    ``prefill_query`` tokens after ``prefill_context`` (fields: sim.calib.composition)."""
     from sim.calib.composition import forward_model  # noqa: PLC0415
     from sim.kv.paged import PagedAllocator  # noqa: PLC0415
     from sim.request import Request  # noqa: PLC0415

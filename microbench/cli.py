@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--folds", type=int, default=5, help="cross-validation folds (by shape; default 5)")
     f.add_argument("--no-grid", action="store_true", help="keep no measured grid (analytic predictions only)")
     p = sub.add_parser("predict", allow_abbrev=False, help="seconds of one kernel launch under a calibration",
-                       epilog="shape fields: see sim/kernel_models.py, e.g. gemm: --m --n --k [--dtype]")
+                       epilog="shape fields: see sim/calib/kernel_models.py, e.g. gemm: --m --n --k [--dtype]")
     p.add_argument("calibration", help="calibration name or YAML")
     p.add_argument("--kernel", required=True)
     return parser

@@ -1,8 +1,8 @@
 """The composition fit: how the kernel models compose into a measured engine step.
 
-``fit_composition(forward_records, calibration) -> Composition`` (sim/composition.py):
+``fit_composition(forward_records, calibration) -> Composition`` (sim/calib/composition.py):
 the kernel terms of each whole step measured by ``microbench`` (``kernel: forward``) are
-predicted from the calibration's fitted kernels (sim.cost_fitted, no composition), and
+predicted from the calibration's fitted kernels (sim.cost.fitted, no composition), and
 scales, per-layer and per-step terms are fitted to the measured times in the ``sum`` and,
 for asynchronous devices, the ``overlap`` form, each cross-validated k-fold over steps;
 steps timed after idleness fit the after-idle factor. ``microbench.fit.fit`` calls it
@@ -20,14 +20,14 @@ from sim.calib.composition import ATTENTION_PARTS, Composition, forward_batch, f
 
 
 def kernel_parts(cal: Calibration, rec: dict) -> dict[str, float]:
-    """The kernel terms (sim.cost_fitted.fitted_step_parts, no composition) of a forward record."""
-    from sim.cost.fitted import build_fitted_step, fitted_step_parts  # noqa: PLC0415
-    from sim.calib.kernel_models import DTYPE_BYTES  # noqa: PLC0415
-    from sim.model.spec import KVDtype  # noqa: PLC0415
+    """The kernel terms (sim.cost.fitted.FittedCost.step_parts, no composition) of a forward record."""
+    from sim.cost.fitted import build_fitted_cost  # noqa: PLC0415
+    from sim.cost.shape import BatchShape  # noqa: PLC0415
+    from sim.model.dtypes import DTYPE_BYTES, KVDtype  # noqa: PLC0415
 
-    fs = build_fitted_step(forward_model(rec), dataclasses.replace(cal, composition=None),
-                           KVDtype(rec["dtype"]), DTYPE_BYTES[rec["dtype"]])
-    return fitted_step_parts(fs, **forward_batch(rec))
+    cost = build_fitted_cost(forward_model(rec), dataclasses.replace(cal, composition=None),
+                             KVDtype(rec["dtype"]), DTYPE_BYTES[rec["dtype"]])
+    return cost.step_parts(BatchShape(**forward_batch(rec)))
 
 
 def kernel_sum_s(cal: Calibration, rec: dict) -> float:
@@ -85,7 +85,7 @@ OVERLAP_MARGIN = 0.005
 def fit_composition(records: list[dict], cal: Calibration, folds: int = 5, seed: int = 0,
                     forms: tuple[str, ...] = ("sum", "overlap")) -> Composition:
     """The correction from ``cal``'s kernel terms to the measured steps of ``records``
-    (``kernel: forward``; sim/composition.py), cross-validated by k-fold over records.
+    (``kernel: forward``; sim/calib/composition.py), cross-validated by k-fold over records.
     Each of ``forms`` is fitted and the better held-out one kept (``sum`` unless
     ``overlap`` is better by OVERLAP_MARGIN); a synchronous device (the CPU) passes
     ``("sum",)``: there the host never overlaps the work it issues. Records timed after

@@ -1,6 +1,6 @@
 """Fit kernel time models to measurements, cross-validate them by shape, build a Calibration.
 
-``fit(records) -> Calibration`` fits every kernel present (sim.kernel_models' one model
+``fit(records) -> Calibration`` fits every kernel present (sim.calib.kernel_models' one model
 form; parameters physical: bytes/s, FLOP/s, tokens, seconds), reports each fit's error
 by k-fold cross-validation *by shape* (all timings of one shape, i.e. all fields but the
 kernel's axis, are held out together and predicted by the analytic form alone, as a
@@ -207,7 +207,7 @@ def fit(records: list[dict], *, device: dict | None = None, base: Calibration | 
         kernel_launch_s=need["kernel_launch_s"], step_overhead_s=need["step_overhead_s"],
         provenance=provenance, schema=2, kernels=fits)
     steps = by_kernel.get("forward", [])
-    if steps and "gemm" in fits:  # the kernel sum needs a fitted GEMM (else cost.py's roofline applies)
+    if steps and "gemm" in fits:  # the kernel sum needs a fitted GEMM (else the datasheet roofline applies)
         if progress is not None:
             progress("forward")
         from microbench.compose import fit_composition  # noqa: PLC0415

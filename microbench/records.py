@@ -3,9 +3,9 @@
 Schema (documented in README.md, "Calibrations"):
 
 - measurement records: ``{"kernel": "gemm", "m": 128, "n": 4096, "k": 4096, "dtype": "bf16",
-  "time_s": 1.2e-05, ...}``: ``kernel`` (a name in sim.kernel_models.KERNELS), that kernel's
+  "time_s": 1.2e-05, ...}``: ``kernel`` (a name in sim.calib.kernel_models.KERNELS), that kernel's
   shape fields, ``time_s`` (median seconds of one launch, > 0); ``kernel: forward`` records
-  time a whole engine step instead (fields: sim.composition.FORWARD_FIELDS); optional ``p20_s``,
+  time a whole engine step instead (fields: sim.calib.composition.FORWARD_FIELDS); optional ``p20_s``,
   ``p80_s``, ``repeats``, ``impl`` and ``source`` (kept, not used by the fit).
 - at most one device record, usually first: ``{"record": "device", "name": ..., "gpu_name":
   ..., "memory_bytes": ..., "provenance": {...}}``; it lets ``microbench fit`` write a whole
@@ -23,7 +23,8 @@ from pathlib import Path
 
 from sim.calib.composition import FORWARD_FIELDS
 from sim.errors import ConfigError
-from sim.calib.kernel_models import DTYPE_BYTES, KERNELS
+from sim.calib.kernel_models import KERNELS
+from sim.model.dtypes import DTYPE_BYTES
 
 Record = dict
 

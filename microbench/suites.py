@@ -5,7 +5,7 @@ sim.model.linear_ops) over token counts; attention on the models' head layouts o
 batch sizes, context and prompt lengths; plus KV writes, RMSNorm, a layer's other
 elementwise work (RoPE, activation, residual adds: dense models), copies (device,
 host<->device pinned and pageable, 4 KiB to 1 GiB: a KV block per layer is a few KiB), the per-step work, and whole
-engine steps of each dense model cut to a few layers (sim.composition: how the kernels
+engine steps of each dense model cut to a few layers (sim.calib.composition: how the kernels
 compose). The grids are
 smaller on the CPU (the torch reference paths are slow) and with ``--quick``.
 """
@@ -28,7 +28,7 @@ class SuiteGrid:
     copy_bytes: tuple[int, ...]
     host_copy_bytes: tuple[int, ...]
     step_seqs: tuple[int, ...]
-    # whole engine steps (sim.composition): (decode_seqs, decode_context, prefill_seqs,
+    # whole engine steps (sim.calib.composition): (decode_seqs, decode_context, prefill_seqs,
     # prefill_query, prefill_context), each at every layer count
     forward: tuple[tuple[int, int, int, int, int], ...] = ()
     forward_layers: tuple[int, ...] = ()
@@ -96,7 +96,7 @@ def forward_cases(model: ModelSpec, g: SuiteGrid, dtype: str) -> list[tuple[str,
     out = [("forward", dict(shape, num_layers=min(layers, model.num_layers), decode_seqs=nd, decode_context=cd,
                             prefill_seqs=npf, prefill_query=q, prefill_context=cp, dtype=dtype))
            for layers in g.forward_layers for nd, cd, npf, q, cp in batches]
-    # the same batches at the most layers, each after IDLE_PROBE_S of sleep (sim.composition)
+    # the same batches at the most layers, each after IDLE_PROBE_S of sleep (sim.calib.composition)
     deepest = [(k, s) for k, s in out if s["num_layers"] == min(max(g.forward_layers), model.num_layers)]
     return out + [(k, dict(s, idle_s=IDLE_PROBE_S)) for k, s in deepest]
 

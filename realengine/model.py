@@ -16,7 +16,12 @@ from dataclasses import dataclass
 
 import torch
 
+from sim.engine.parts import build_parts
 from sim.model.spec import ModelSpec
+
+#: The element types the real engine and the microbenchmarks run in torch, keyed by their
+#: names in sim.model.dtypes.DTYPE_BYTES.
+TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 class CpuBackend:
@@ -198,3 +203,12 @@ class TinyLlama:
             x = x + attn.reshape(-1, hq * d) @ lw["o"].t()
             x = x + silu_mul(_rms_norm(x, lw["mlp_norm"]) @ lw["gate_up"].t()) @ lw["down"].t()
         return outs
+
+
+def make_model(sc, device: torch.device) -> TinyLlama:
+    """The scenario's model with random weights and a KV cache of the plan's blocks."""
+    if sc.engine.weight_dtype not in ("fp16", "bf16"):
+        raise ValueError(f"the real engine runs fp16 or bf16 weights, not {sc.engine.weight_dtype}")
+    parts = build_parts(sc)
+    return TinyLlama(parts.model, num_blocks=parts.plan.num_gpu_blocks, block_size=sc.kv.block_size,
+                     device=device, dtype=TORCH_DTYPES[sc.engine.weight_dtype], seed=sc.seed)

@@ -65,6 +65,7 @@ def run_validate(args) -> int:
     from sim.engine.metrics import summarize
     from sim.outputs.files import write_atomic
     from sim.config.scenario import load_scenario
+    from realengine.model import make_model
     from validation import compare, runner
     from validation.report import render_validation
 
@@ -76,7 +77,7 @@ def run_validate(args) -> int:
     out_dir = Path(args.out) if args.out else Path("runs") / f"{sc.name}-validate"
     t0 = time.perf_counter()
     sim_result = runner.simulate(sc)  # also checks the plan before any model is built
-    model = runner.make_model(sc, device)
+    model = make_model(sc, device)
     if not args.no_warmup:
         runner.warm_up(sc, model)
     drift = None if args.no_drift_check else _drift(sc, device)

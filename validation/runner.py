@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from realengine.executor import StepExecutor
-from realengine.model import TinyLlama
+from realengine.model import TinyLlama, make_model
 from realengine.serve import ExecutorRunner, RealRun, serve
 from sim.calib.composition import IDLE_THRESHOLD_S
 from sim.config.scenario import Scenario
@@ -30,9 +30,6 @@ from sim.engine.parts import build_parts
 from sim.engine.predict import after_idle_replay_s, kernel_sum_cost, predicted_step_s, predicted_transfer_s
 from sim.engine.simulation import SimResult, Simulation
 from sim.sched.output import SchedulerOutput
-
-TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-
 
 @dataclass
 class StepSample:
@@ -45,15 +42,6 @@ class StepSample:
     batch: tuple  # ((request_id, num_new_tokens), ...): the decision, for comparisons
     kernel_sum_s: float | None = None  # the prediction without the calibration's composition
     idle_before_s: float | None = None  # open loop: wall time since the previous step ended
-
-
-def make_model(sc: Scenario, device: torch.device) -> TinyLlama:
-    """The scenario's model with random weights and a KV cache of the plan's blocks."""
-    if sc.engine.weight_dtype not in TORCH_DTYPES:
-        raise ValueError(f"the real engine runs fp16 or bf16 weights, not {sc.engine.weight_dtype}")
-    parts = build_parts(sc)
-    return TinyLlama(parts.model, num_blocks=parts.plan.num_gpu_blocks, block_size=sc.kv.block_size,
-                     device=device, dtype=TORCH_DTYPES[sc.engine.weight_dtype], seed=sc.seed)
 
 
 def _sample(cost, raw, out: SchedulerOutput, measured: float, idle_before_s: float = 0.0) -> StepSample:

@@ -23,10 +23,10 @@ Every key but ``provenance`` is required; unknown keys are rejected. Numbers wri
 
 Schema 2 (written by ``microbench fit``) adds an optional ``kernels:`` mapping of fitted
 kernel models, ``{gemm: {params: {...}, cv_mape, grid: [...]}, decode_attention: ...}``
-(see sim/kernel_models.py); the scalar keys above then hold the fitted copy bandwidth,
+(see sim/calib/kernel_models.py); the scalar keys above then hold the fitted copy bandwidth,
 GEMM throughput, PCIe rate and overheads, so code that reads only them keeps working.
 It may also hold ``composition:``, the correction from the kernel sum to a measured
-engine step (sim/composition.py).
+engine step (sim/calib/composition.py).
 Schema 1 files (the shipped datasheets) are read unchanged.
 """
 
@@ -72,7 +72,7 @@ class Calibration:
     schema: int = 1
     #: Fitted kernel models by kernel name (schema 2, measured calibrations); empty otherwise.
     kernels: dict[str, KernelFit] = field(default_factory=dict, hash=False, compare=False)
-    #: How kernel times compose into a measured engine step (schema 2; sim/composition.py).
+    #: How kernel times compose into a measured engine step (schema 2; sim/calib/composition.py).
     composition: Composition | None = field(default=None, hash=False, compare=False)
 
     @property
@@ -87,7 +87,7 @@ class Calibration:
         return f"measured {self.measured_date}" if self.measured_date else str(self.source)
 
     def predict(self, kernel: str, **shape) -> float:
-        """Seconds for one launch of ``kernel`` on ``shape`` (fields: sim.kernel_models.KERNELS).
+        """Seconds for one launch of ``kernel`` on ``shape`` (fields: sim.calib.kernel_models.KERNELS).
 
         A fitted kernel model when the calibration has one; otherwise the datasheet roofline
         (effective bandwidth, peak x eff(m), the launch overhead; PCIe for host copies).

@@ -10,7 +10,7 @@ steps (benchmarks/RESULTS.md). On a GPU the host's launch overhead (~20 launches
 layer) should show up the same way where steps are launch-bound; not yet measured.
 
 ``microbench calibrate`` therefore also times the validation engine's whole step
-(``sim.validate``: pack the batch, forward, read the sampled ids back) on a grid of
+(``realengine``: pack the batch, forward, read the sampled ids back) on a grid of
 synthetic batches at two layer counts, and ``microbench fit`` fits
 
     step_s = scale x (kernel sum but attention) + decode_attention_scale x decode attention
@@ -18,7 +18,7 @@ synthetic batches at two layer counts, and ``microbench fit`` fits
              + num_layers x per_layer_s + per_step_s
 
 (non-negative least squares on relative error) with the terms the kernel models of
-``sim.cost_fitted`` give (``fitted_step_parts``). That is the ``sum`` form: the host and
+``sim.cost.fitted`` give (``FittedCost.step_parts``). That is the ``sum`` form: the host and
 the device take turns, as on a CPU. Where the host issues work asynchronously (CUDA),
 its per-layer work overlaps the kernels it launched, and the ``overlap`` form fits
 
@@ -93,7 +93,7 @@ class Composition:
         return {"decode_attention": self.decode_attention_scale, "prefill_attention": self.prefill_attention_scale}
 
     def apply(self, parts: dict[str, float], num_layers: int, idle_before_s: float = 0.0) -> float:
-        """Seconds of a step whose kernel terms (sim.cost_fitted.fitted_step_parts) are
+        """Seconds of a step whose kernel terms (sim.cost.fitted.FittedCost.step_parts) are
         ``parts``, started ``idle_before_s`` after the engine's previous step ended."""
         scales = self.scales()
         device = sum(v * scales.get(k, self.scale) for k, v in parts.items())
@@ -130,7 +130,7 @@ def forward_model(rec: dict):
 
 
 def forward_batch(rec: dict) -> dict:
-    """The cost model's step arguments (sim.cost.step_time_s) for a forward record's batch."""
+    """The fields of the cost model's batch shape (sim.cost.shape.BatchShape) for a forward record's batch."""
     nd, cd = int(rec["decode_seqs"]), int(rec["decode_context"])
     npf, q, cp = int(rec["prefill_seqs"]), int(rec["prefill_query"]), int(rec["prefill_context"])
     return dict(num_seqs=nd + npf, num_prefill_tokens=npf * q, num_decode_tokens=nd,

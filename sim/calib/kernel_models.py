@@ -19,7 +19,7 @@ a measured grid: where a query's shape matches a measured one on every field but
 kernel's ``axis`` (GEMM: ``m``) and the axis value lies inside the measured range, the
 prediction interpolates the measurements (linear in log-log); elsewhere it is the
 analytic form. Fits are made by ``microbench.fit`` and stored in a calibration's
-``kernels:`` section (see sim/calibration.py).
+``kernels:`` section (see sim/calib/calibration.py).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from sim.errors import ConfigError
+from sim.model.dtypes import DTYPE_BYTES
 
-DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 PARAM_NAMES = ("bandwidth_bytes_per_s", "flops_per_s", "x_half", "overhead_s", "item_s", "sharpness")
 Shape = dict
 

@@ -1,6 +1,6 @@
 """Assembling an engine from a scenario: the parts both engines share.
 
-The SimPy simulator (``engine.py``) and the real engine of ``sim validate`` are built
+The SimPy simulator (``simulation.py``) and the real engine (``realengine``) are built
 from the very same objects: memory plan, cost model, allocator, swap space, preemptor,
 scheduler, workload, and the :class:`SessionDriver` that turns sessions into requests.
 Only the clock and the step executor differ.
@@ -14,11 +14,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.calib.calibration import load_calibration
-from sim.cost.datasheet import CostModel, build_cost_model
+from sim.cost.base import CostModel
+from sim.cost.build import build_cost_model
 from sim.errors import ConfigError
 from sim.kv import make_allocator
 from sim.kv.swap import SwapSpace
 from sim.kv.token_budget import TokenBudget, TokenEviction
+from sim.model.dtypes import DTYPE_BYTES
 from sim.model.memory import MemoryPlan, check_fits_one_sequence, plan_memory
 from sim.model.spec import KVDtype, ModelSpec
 from sim.model.hf_config import load_model
@@ -28,8 +30,6 @@ from sim.sched import make_scheduler
 from sim.sched.preemption import Preemptor
 from sim.sched.victim import RemainingOutputModel, VictimPolicy
 from sim.workload.generate import SessionSpec, build_workload, read_column, sample_lengths
-
-DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 
 
 def relative_to_scenario(sc: Scenario, ref: str) -> str:

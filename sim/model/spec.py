@@ -20,27 +20,7 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-
-class KVDtype(StrEnum):
-    """Element type of the KV cache. int8/int4 carry per-group scales (see kv_bytes_per_token)."""
-
-    FP16 = "fp16"
-    BF16 = "bf16"
-    FP8 = "fp8"
-    INT8 = "int8"
-    INT4 = "int4"
-
-    @property
-    def bytes_per_element(self) -> float:
-        return _KV_DTYPE_BYTES[self]
-
-    @property
-    def has_group_scales(self) -> bool:
-        """True for int8/int4: one scale per quant group. fp8 uses per-tensor scales (as vLLM)."""
-        return self in (KVDtype.INT8, KVDtype.INT4)
-
-
-_KV_DTYPE_BYTES = {KVDtype.FP16: 2, KVDtype.BF16: 2, KVDtype.FP8: 1, KVDtype.INT8: 1, KVDtype.INT4: 0.5}
+from sim.model.dtypes import KVDtype
 
 
 class MlpKind(StrEnum):
@@ -239,6 +219,29 @@ def flops_per_token(model: ModelSpec) -> int:
     return total + 2 * head.k * head.n
 
 
+def elementwise_bytes_per_token(model: ModelSpec, act_bytes: float, kv_bytes: float) -> float:
+    """Bytes of non-GEMM memory traffic per token of a step, all layers.
+
+    Per layer: two RMS/LayerNorms (read + write hidden: 4h), two residual adds (6h), RoPE
+    on q and k (read + write), the MLP activation (read gate and up, write: 3 x
+    intermediate; MoE: for top-k routed plus shared experts). Plus the embedding row and
+    the KV cache write (``kv_bytes``, already in the KV dtype).
+    """
+    h = model.hidden_size
+    if model.is_mla:
+        rope = 2 * (model.num_attention_heads + 1) * model.qk_rope_head_dim
+    else:
+        rope = 2 * (model.num_attention_heads + model.num_kv_heads) * model.head_dim
+    act = 3 if model.mlp is MlpKind.GATED else 2
+    dense = model.num_dense_mlp_layers * act * model.intermediate_size
+    moe = 0
+    if model.is_moe:
+        moe = model.num_moe_layers * 3 * model.moe_intermediate_size * (
+            model.num_experts_per_tok + model.num_shared_experts)
+    elements = model.num_layers * (10 * h + rope) + dense + moe + h
+    return elements * act_bytes + kv_bytes
+
+
 def _integral(x: float) -> int | float:
     return int(x) if float(x).is_integer() else x
 
@@ -286,6 +289,6 @@ def weight_bytes(model: ModelSpec, dtype_bytes: float = 2) -> int:
 
 __all__ = [
     "KVDtype", "MlpKind", "NormKind", "ModelSpec", "LinearOp", "linear_ops", "lm_head_op",
-    "attn_flops_per_pair", "flops_per_token", "kv_bytes_per_token", "max_kv_tokens_per_seq",
-    "weight_bytes",
+    "attn_flops_per_pair", "elementwise_bytes_per_token", "flops_per_token", "kv_bytes_per_token",
+    "max_kv_tokens_per_seq", "weight_bytes",
 ]

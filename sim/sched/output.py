@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sim.cost.shape import BatchShape
 from sim.kv.token_budget import TokenBudget
 from sim.request import Request
 
@@ -77,6 +78,17 @@ class SchedulerOutput:
     def num_tokens(self) -> int:
         return (self.num_prefill_tokens + self.num_decode_tokens
                 + self.prefill_padding_tokens + self.decode_padding_seqs)
+
+    def batch_shape(self) -> BatchShape:
+        """What the cost model charges for this step: the scheduled work plus static
+        batching's padding (padded prompt tokens, finished members' decode rows)."""
+        return BatchShape(
+            num_seqs=self.num_seqs,
+            num_prefill_tokens=self.num_prefill_tokens + self.prefill_padding_tokens,
+            num_decode_tokens=self.num_decode_tokens + self.decode_padding_seqs,
+            decode_kv_tokens=self.decode_kv_tokens, prefill_attn_pairs=self.prefill_attn_pairs,
+            prefill_kv_tokens=self.prefill_kv_tokens,
+            num_prefill_seqs=self.num_seqs - self.num_decode_tokens - self.decode_padding_seqs)
 
     @property
     def is_empty(self) -> bool:

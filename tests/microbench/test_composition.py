@@ -13,7 +13,8 @@ from microbench.fit import fit
 from microbench.records import check_record
 from sim.calib.calibration import calibration_from_dict, calibration_to_dict, load_calibration
 from sim.calib.composition import Composition, forward_batch, forward_model
-from sim.cost.datasheet import build_cost_model, step_time_s
+from sim.cost.build import build_cost_model
+from sim.cost.shape import BatchShape
 from sim.errors import ConfigError
 
 LLAMA = dict(hidden_size=512, num_q_heads=8, num_kv_heads=2, head_dim=64, intermediate_size=1408,
@@ -139,7 +140,7 @@ def test_kernel_sum_is_the_cost_model_of_the_records_model_and_batch() -> None:
     rec = {"kernel": "forward", **LLAMA, "num_layers": 4, "decode_seqs": 3, "decode_context": 100,
            "prefill_seqs": 1, "prefill_query": 50, "prefill_context": 16}
     cm = build_cost_model(forward_model(rec), cal)
-    assert kernel_sum_s(cal, rec) == pytest.approx(step_time_s(cm, **forward_batch(rec)), rel=1e-12)
+    assert kernel_sum_s(cal, rec) == pytest.approx(cm.step_time_s(BatchShape(**forward_batch(rec))), rel=1e-12)
     b = forward_batch(rec)
     assert b["num_seqs"] == 4 and b["num_decode_tokens"] == 3 and b["decode_kv_tokens"] == 303
     assert b["num_prefill_tokens"] == 50 and b["prefill_attn_pairs"] == 50 * (16 + 51 / 2)
@@ -154,27 +155,25 @@ def test_overlap_form_takes_the_larger_of_host_and_device() -> None:
 
 
 def test_cost_model_applies_the_composition() -> None:
-    from sim.cost.fitted import fitted_step_parts
-
     cal = _cal()
     comp = Composition(scale=1.5, per_layer_s=1e-4, per_step_s=2e-3)
     model = forward_model({**LLAMA, "num_layers": 4})
     raw = build_cost_model(model, cal)
     corrected = build_cost_model(model, dataclasses.replace(cal, composition=comp))
-    args = dict(num_seqs=2, num_prefill_tokens=0, num_decode_tokens=2, decode_kv_tokens=300,
-                prefill_attn_pairs=0.0, prefill_kv_tokens=0)
-    assert step_time_s(corrected, **args) == pytest.approx(1.5 * step_time_s(raw, **args) + 4e-4 + 2e-3)
+    args = BatchShape(num_seqs=2, num_prefill_tokens=0, num_decode_tokens=2, decode_kv_tokens=300,
+                      prefill_attn_pairs=0.0, prefill_kv_tokens=0)
+    assert corrected.step_time_s(args) == pytest.approx(1.5 * raw.step_time_s(args) + 4e-4 + 2e-3)
     # attention scaled apart from the rest
-    mixed = dict(num_seqs=3, num_prefill_tokens=40, num_decode_tokens=2, decode_kv_tokens=300,
-                 prefill_attn_pairs=40 * 20.5, prefill_kv_tokens=40, num_prefill_seqs=1)
-    parts = fitted_step_parts(raw.fitted, **mixed)
+    mixed = BatchShape(num_seqs=3, num_prefill_tokens=40, num_decode_tokens=2, decode_kv_tokens=300,
+                       prefill_attn_pairs=40 * 20.5, prefill_kv_tokens=40, num_prefill_seqs=1)
+    parts = raw.step_parts(mixed)
     comp2 = Composition(scale=2.0, decode_attention_scale=0.5, prefill_attention_scale=3.0)
     other = sum(parts.values()) - parts["decode_attention"] - parts["prefill_attention"]
     expected = 2.0 * other + 0.5 * parts["decode_attention"] + 3.0 * parts["prefill_attention"]
     cm2 = build_cost_model(model, dataclasses.replace(cal, composition=comp2))
-    assert step_time_s(cm2, **mixed) == pytest.approx(expected, rel=1e-12)
-    empty = dict(args, num_seqs=0, num_decode_tokens=0, decode_kv_tokens=0)
-    assert step_time_s(corrected, **empty) == 0.0  # no tokens, no step
+    assert cm2.step_time_s(mixed) == pytest.approx(expected, rel=1e-12)
+    empty = dataclasses.replace(args, num_seqs=0, num_decode_tokens=0, decode_kv_tokens=0)
+    assert corrected.step_time_s(empty) == 0.0  # no tokens, no step
 
 
 def test_calibration_yaml_keeps_the_composition(tmp_path) -> None:

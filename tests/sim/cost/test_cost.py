@@ -9,11 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.calib.calibration import Calibration, CalibrationSource, load_calibration
-from sim.cost.datasheet import (
-    NON_GEMM_KERNELS_PER_LAYER, build_cost_model, decode_step_time_s, elementwise_bytes_per_token,
-    prefill_time_s, step_time_s, swap_time_s)
+from sim.cost.base import decode_step_time_s, prefill_time_s
+from sim.cost.build import build_cost_model
+from sim.cost.datasheet import NON_GEMM_KERNELS_PER_LAYER, DatasheetCost
+from sim.cost.fitted import FittedCost
+from sim.cost.shape import BatchShape
 from sim.model.hf_config import load_model
-from sim.model.spec import weight_bytes
+from sim.model.spec import elementwise_bytes_per_token, weight_bytes
 
 UNIT = Calibration(name="unit", source=CalibrationSource.MEASURED, gpu_name="unit", memory_bytes=1 << 30,
                    hbm_bandwidth_bytes_per_s=1e9, bandwidth_efficiency=1.0, peak_flops=1e12,
@@ -24,7 +26,7 @@ UNIT = Calibration(name="unit", source=CalibrationSource.MEASURED, gpu_name="uni
 def step(cm, **kw):
     args = dict(num_seqs=0, num_prefill_tokens=0, num_decode_tokens=0, decode_kv_tokens=0,
                 prefill_attn_pairs=0, prefill_kv_tokens=0)
-    return step_time_s(cm, **(args | kw))
+    return cm.step_time_s(BatchShape(**(args | kw)))
 
 
 def test_tiny_decode_is_weights_plus_traffic_over_bandwidth() -> None:
@@ -95,8 +97,8 @@ def test_moe_decode_reads_only_routed_experts() -> None:
 
 def test_swap_1_gib_over_pcie_gen4() -> None:
     cm = build_cost_model(load_model("llama-3-8b"), load_calibration("a100-80gb"))
-    assert 40e-3 <= swap_time_s(cm, 1 << 30) <= 50e-3
-    assert swap_time_s(cm, 0) == 0.0
+    assert 40e-3 <= cm.swap_time_s(1 << 30) <= 50e-3
+    assert cm.swap_time_s(0) == 0.0
 
 
 counts = st.integers(min_value=0, max_value=4096)
@@ -111,8 +113,8 @@ def test_step_time_is_monotone_in_every_argument(name, seqs, prefill, decode, kv
     cm = _cost_model(name)
     args = dict(num_seqs=seqs, num_prefill_tokens=prefill, num_decode_tokens=decode,
                 decode_kv_tokens=kv, prefill_attn_pairs=pairs, prefill_kv_tokens=pkv)
-    before = step_time_s(cm, **args)
-    after = step_time_s(cm, **(args | {field: args[field] + extra}))
+    before = cm.step_time_s(BatchShape(**args))
+    after = cm.step_time_s(BatchShape(**(args | {field: args[field] + extra})))
     assert after >= before >= 0.0
 
 
@@ -135,13 +137,14 @@ def test_measured_calibration_uses_fitted_kernels() -> None:
     cal = _measured()
     model = load_model("tiny-llama")
     cm = build_cost_model(model, cal)
-    assert cm.fitted is not None and build_cost_model(model, load_calibration("a100-80gb")).fitted is None
+    assert isinstance(cm, FittedCost)
+    assert isinstance(build_cost_model(model, load_calibration("a100-80gb")), DatasheetCost)
     m = 8
     gemms = sum(op.num_layers * cal.predict("gemm", m=m, n=op.n, k=op.k, dtype="bf16")
                 for op in __import__("sim.model.spec", fromlist=["linear_ops"]).linear_ops(model))
     t = step(cm, num_seqs=m, num_decode_tokens=m, decode_kv_tokens=m * 100)
     assert t > gemms + cal.predict("step", num_seqs=m, vocab_size=model.vocab_size)
-    assert swap_time_s(cm, 1 << 20) == pytest.approx(
+    assert cm.swap_time_s(1 << 20) == pytest.approx(
         0.5 * (cal.predict("copy_h2d", num_bytes=1 << 20, pinned=True)
                + cal.predict("copy_d2h", num_bytes=1 << 20, pinned=True)))
 

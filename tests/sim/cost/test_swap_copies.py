@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sim.calib.calibration import load_calibration
-from sim.cost.datasheet import PCIE_COPY_LATENCY_S, build_cost_model, swap_time_s
+from sim.cost.build import build_cost_model
+from sim.cost.datasheet import PCIE_COPY_LATENCY_S
 from sim.kv.paged import PagedAllocator
 from sim.kv.swap import SwapSpace
 from sim.model.hf_config import load_model
@@ -16,15 +17,15 @@ from sim.sched.preemption import Preemptor
 
 def test_copies_add_a_fixed_cost_each() -> None:
     cm = build_cost_model(load_model("llama-3-8b"), load_calibration("a100-80gb"))
-    one = swap_time_s(cm, 1 << 20)
-    many = swap_time_s(cm, 1 << 20, num_copies=1000)
+    one = cm.swap_time_s(1 << 20)
+    many = cm.swap_time_s(1 << 20, num_copies=1000)
     assert many - one == pytest.approx(999 * PCIE_COPY_LATENCY_S)
-    assert swap_time_s(cm, 0, num_copies=50) == 0.0
+    assert cm.swap_time_s(0, num_copies=50) == 0.0
 
 
 def test_fitted_copies_use_the_measured_overhead() -> None:
     cm = build_cost_model(load_model("llama-3-8b"), load_calibration("cpu-epyc-2core"))
-    assert swap_time_s(cm, 1 << 20, num_copies=64) > swap_time_s(cm, 1 << 20, num_copies=1)
+    assert cm.swap_time_s(1 << 20, num_copies=64) > cm.swap_time_s(1 << 20, num_copies=1)
 
 
 def test_a_swapped_request_counts_its_blocks_times_layers_both_ways(make_request) -> None:
@@ -72,7 +73,6 @@ def test_a_gathered_swap_is_one_copy_per_layer_plus_device_staging(make_request)
 
 @pytest.mark.parametrize("cal", ["a100-80gb", "cpu-epyc-2core"])
 def test_gathering_many_small_blocks_is_cheaper_than_copying_each(cal) -> None:
-    from sim.cost.datasheet import staging_time_s
     from sim.engine.predict import predicted_transfer_s
     from sim.sched.output import SchedulerOutput
 
@@ -81,9 +81,9 @@ def test_gathering_many_small_blocks_is_cheaper_than_copying_each(cal) -> None:
     per_block = SchedulerOutput(swap_out_bytes=nbytes, swap_copies=200 * 64)
     gathered = SchedulerOutput(swap_out_bytes=nbytes, swap_copies=64, swap_staged_bytes=nbytes,
                                swap_staging_launches=64)
-    assert predicted_transfer_s(cm, per_block) == swap_time_s(cm, nbytes, 200 * 64)
-    assert predicted_transfer_s(cm, gathered) == pytest.approx(swap_time_s(cm, nbytes, 64)
-                                                               + staging_time_s(cm, nbytes, 64))
-    assert staging_time_s(cm, nbytes, 64) > 0
+    assert predicted_transfer_s(cm, per_block) == cm.swap_time_s(nbytes, 200 * 64)
+    assert predicted_transfer_s(cm, gathered) == pytest.approx(cm.swap_time_s(nbytes, 64)
+                                                               + cm.staging_time_s(nbytes, 64))
+    assert cm.staging_time_s(nbytes, 64) > 0
     if cal == "a100-80gb":  # 10 us per copy: 12,800 copies cost far more than one device pass
         assert predicted_transfer_s(cm, gathered) < predicted_transfer_s(cm, per_block)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.cost.datasheet import step_time_s
+from sim.cost.shape import BatchShape
 from sim.engine.simulation import Simulation
 from sim.outputs.files import requests_csv, steps_csv
 from sim.config.scenario import parse_scenario
@@ -20,12 +20,12 @@ def test_one_request_time_stamped_log(scenario_dict, tmp_path) -> None:
     sim = Simulation(parse_scenario(data, str(tmp_path / "s.yaml")))
     result = sim.run()
     cm = sim.cost
-    t1 = step_time_s(cm, num_seqs=1, num_prefill_tokens=16, num_decode_tokens=0, decode_kv_tokens=0,
-                     prefill_attn_pairs=16 * 17 / 2, prefill_kv_tokens=16)
-    d2 = step_time_s(cm, num_seqs=1, num_prefill_tokens=0, num_decode_tokens=1, decode_kv_tokens=17,
-                     prefill_attn_pairs=0.0, prefill_kv_tokens=0)
-    d3 = step_time_s(cm, num_seqs=1, num_prefill_tokens=0, num_decode_tokens=1, decode_kv_tokens=18,
-                     prefill_attn_pairs=0.0, prefill_kv_tokens=0)
+    t1 = cm.step_time_s(BatchShape(num_seqs=1, num_prefill_tokens=16, num_decode_tokens=0, decode_kv_tokens=0,
+                                   prefill_attn_pairs=16 * 17 / 2, prefill_kv_tokens=16))
+    d2 = cm.step_time_s(BatchShape(num_seqs=1, num_prefill_tokens=0, num_decode_tokens=1, decode_kv_tokens=17,
+                                   prefill_attn_pairs=0.0, prefill_kv_tokens=0))
+    d3 = cm.step_time_s(BatchShape(num_seqs=1, num_prefill_tokens=0, num_decode_tokens=1, decode_kv_tokens=18,
+                                   prefill_attn_pairs=0.0, prefill_kv_tokens=0))
     assert 0 < t1 and 0 < d2 < d3
     steps = result.steps.array()
     assert list(steps["time_s"]) == pytest.approx([t1, t1 + d2, t1 + d2 + d3])

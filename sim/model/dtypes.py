@@ -1,0 +1,43 @@
+"""Element types: the one table of dtype names and their bytes per element.
+
+Weights, activations, the KV cache and the kernel-model shapes all name their element type
+with a key of ``DTYPE_BYTES``. The first name of a size is that size's canonical name
+(``dtype_name``): bf16 for 2 bytes, fp8 for 1.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+#: dtype name -> bytes per element (int4 packs two elements in a byte).
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+
+
+def dtype_name(num_bytes: float) -> str:
+    """The canonical name of an element size (bf16 for a size the table lacks)."""
+    for name, size in DTYPE_BYTES.items():
+        if size == num_bytes:
+            return name
+    return "bf16"
+
+
+class KVDtype(StrEnum):
+    """Element type of the KV cache. int8/int4 carry per-group scales (see kv_bytes_per_token)."""
+
+    FP16 = "fp16"
+    BF16 = "bf16"
+    FP8 = "fp8"
+    INT8 = "int8"
+    INT4 = "int4"
+
+    @property
+    def bytes_per_element(self) -> float:
+        return DTYPE_BYTES[self.value]
+
+    @property
+    def has_group_scales(self) -> bool:
+        """True for int8/int4: one scale per quant group. fp8 uses per-tensor scales (as vLLM)."""
+        return self in (KVDtype.INT8, KVDtype.INT4)
+
+
+__all__ = ["DTYPE_BYTES", "KVDtype", "dtype_name"]
