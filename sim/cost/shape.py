@@ -6,12 +6,13 @@ cost model turns it into seconds. Imports nothing from the rest of kvsim.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class BatchShape:
+class BatchShape(NamedTuple):
     """One step's batch, summed over its sequences. All fields are non-negative.
+
+    Immutable (a named tuple: built once per simulated step, so it must be cheap to make).
 
     num_seqs: sequences that produce a token this step (lm_head rows).
     num_prefill_tokens / num_decode_tokens: tokens computed, summed over sequences.

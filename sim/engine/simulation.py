@@ -20,7 +20,7 @@ import simpy
 from sim.config.scenario import Scenario
 from sim.engine.metrics import StepLog
 from sim.engine.parts import SessionDriver, build_parts
-from sim.engine.step import EngineStep, PredictedRunner, Wait, WaitKind
+from sim.engine.step import EngineStep, PredictedRunner, WaitKind
 from sim.kv.swap import SwapSpace
 from sim.model.memory import MemoryPlan
 from sim.request import Request
@@ -106,14 +106,18 @@ class Simulation:
     # -- the engine loop ----------------------------------------------------------------------
 
     def _engine(self):
-        env, core = self.env, self.core
+        env, core, has_work = self.env, self.core, self.scheduler.has_work
+        compute = WaitKind.COMPUTE
         while True:
-            if not core.has_work():
+            if not has_work():
                 self._wakeup = env.event()
                 yield self._wakeup
             step = core.begin()
             for wait in step.waits:
-                yield from self._advance(wait)
+                if wait.kind is compute:
+                    yield env.timeout(wait.seconds)
+                else:
+                    yield from self._transfer(wait.seconds)
             after = core.end(step, env.now)
             if not step.ran:
                 if after.retry:
@@ -127,13 +131,10 @@ class Simulation:
                 sched = self.scheduler
                 self.progress(env.now, len(sched.finished) + len(sched.rejected), len(self.requests))
 
-    def _advance(self, wait: Wait):
-        if wait.kind is WaitKind.TRANSFER:
-            with self.link.request() as slot:
-                yield slot
-                yield self.env.timeout(wait.seconds)
-        else:
-            yield self.env.timeout(wait.seconds)
+    def _transfer(self, seconds: float):
+        with self.link.request() as slot:  # swaps hold the host link: they serialize
+            yield slot
+            yield self.env.timeout(seconds)
 
     def run(self) -> SimResult:
         t0 = time.perf_counter()

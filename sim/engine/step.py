@@ -72,7 +72,7 @@ class PredictedRunner:
         return tuple(waits)
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
     """One step in progress: the scheduler's batch and what running it takes."""
 
@@ -83,7 +83,7 @@ class Step:
     waits: tuple[Wait, ...]
 
 
-@dataclass
+@dataclass(slots=True)
 class StepEnd:
     """What a driver must do after a step."""
 
@@ -142,9 +142,14 @@ class EngineStep:
         self.last_end_s = end_s
         finished: list[Request] = self.scheduler.update_from_output(out, end_s, step.start_s)
         self.steps.record(end_s, end_s - step.start_s, out, self.scheduler, self.allocator)
+        if not finished:
+            return _NOTHING_TO_DO
         follow_ups = []
         for req in finished:
             follow = self.driver.next_turn(req)
             if follow is not None:
                 follow_ups.append(follow)
         return StepEnd(follow_ups=follow_ups)
+
+
+_NOTHING_TO_DO = StepEnd()  # shared by the many steps that finish no request (never mutated)
