@@ -12,6 +12,8 @@ import math
 from typing import Any
 
 from sim.errors import ConfigError
+from sim.model.attention import attention_layers, is_mixed, kv_bytes_per_seq, simulator_bytes_per_seq
+from sim.model.dtypes import DTYPE_BYTES
 from sim.model.spec import KVDtype, kv_bytes_per_token, max_kv_tokens_per_seq, weight_bytes
 from sim.model.hf_config import load_model
 
@@ -28,6 +30,8 @@ def add_kv_parser(subparsers: Any) -> None:
                    help="a preset name (see error message for the list) or a HuggingFace config.json")
     p.add_argument("--kv-dtype", default="bf16", metavar="|".join(d.value for d in KVDtype),
                    help="KV cache element type (default bf16; fp16 is the same size)")
+    p.add_argument("--weight-dtype", default="bf16", metavar="|".join(DTYPE_BYTES),
+                   help="weight element type (default bf16): the weights' memory, hence the KV pool")
     p.add_argument("--quant-group-size", default="64", metavar="N",
                    help="int8/int4: elements per scale (default 64)")
     p.add_argument("--block-size", default="16", metavar="N", help="tokens per KV block (default 16)")
@@ -62,6 +66,9 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
     except ValueError:
         raise ConfigError(CLI, "--kv-dtype", f"got {args.kv_dtype!r}; allowed: "
                           f"{', '.join(d.value for d in KVDtype)}") from None
+    weight_dtype = str(getattr(args, "weight_dtype", "bf16")).lower()
+    if weight_dtype not in DTYPE_BYTES:
+        raise ConfigError(CLI, "--weight-dtype", f"got {args.weight_dtype!r}; allowed: {', '.join(DTYPE_BYTES)}")
     group = _number(args.quant_group_size, "--quant-group-size", int)
     block_size = _number(args.block_size, "--block-size", int)
     util = _number(args.gpu_memory_utilization, "--gpu-memory-utilization", float, upper=1.0)
@@ -75,20 +82,30 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
         "quant_group_size": group if kv_dtype.has_group_scales else None,
         "bytes_per_token": per_token, "bytes_per_block": per_block,
         "is_mla": model.is_mla, "sliding_window": model.sliding_window,
-        "num_params": model.num_params, "weight_bytes": weight_bytes(model),
+        "attention_layers": attention_layers(model), "is_moe": model.is_moe,
+        "num_params": model.num_params, "num_active_params": model.num_active_params,
+        "weight_dtype": weight_dtype, "weight_bytes": weight_bytes(model, DTYPE_BYTES[weight_dtype]),
         "max_model_len": max_model_len,
     }
     if max_model_len is not None:
         seq_tokens = max_kv_tokens_per_seq(model, max_model_len)
         blocks = math.ceil(seq_tokens / block_size)
+        # exact: each layer capped at its window; the simulator keeps every layer's slot
         out |= {"max_kv_tokens_per_seq": seq_tokens, "blocks_per_seq": blocks,
-                "bytes_per_seq": blocks * per_block}
+                "bytes_per_seq": kv_bytes_per_seq(model, kv_dtype, max_model_len, block_size=block_size,
+                                                  quant_group_size=group),
+                "simulator_bytes_per_seq": simulator_bytes_per_seq(
+                    model, kv_dtype, max_model_len, block_size=block_size, quant_group_size=group)}
     if args.gpu is not None:
-        out |= _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len)
+        out |= _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, weight_dtype)
+        if is_mixed(model):  # the plan counts every layer at full length: give the exact figures
+            seqs = out["kv_pool_bytes"] // out["bytes_per_seq"]
+            out |= {"max_full_length_seqs": seqs, "fits_one_sequence": seqs >= 1,
+                    "max_concurrency": out["num_gpu_blocks"] * per_block / out["bytes_per_seq"]}
     return out
 
 
-def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len) -> dict[str, Any]:
+def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, weight_dtype) -> dict[str, Any]:
     from sim.calib.calibration import load_calibration  # noqa: PLC0415
     from sim.model.memory import plan_memory  # noqa: PLC0415
 
@@ -99,6 +116,7 @@ def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len) 
     try:
         plan = plan_memory(model, cal.memory_bytes, gpu_memory_utilization=util, block_size=block_size,
                            kv_dtype=kv_dtype, max_model_len=max_model_len, quant_group_size=group,
+                           weight_dtype_bytes=DTYPE_BYTES[weight_dtype],
                            max_num_seqs=_number(args.max_num_seqs, "--max-num-seqs", int),
                            max_num_batched_tokens=_number(args.max_num_batched_tokens,
                                                           "--max-num-batched-tokens", int),
@@ -112,6 +130,7 @@ def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len) 
         "runtime_overhead_bytes": plan.runtime_overhead_bytes, "kv_pool_bytes": plan.kv_pool_bytes,
         "num_gpu_blocks": plan.num_gpu_blocks, "pool_tokens": plan.pool_tokens,
         "max_full_length_seqs": plan.max_full_length_seqs, "max_concurrency": plan.max_concurrency,
+        "simulator_max_full_length_seqs": plan.max_full_length_seqs,
         "fits_one_sequence": plan.max_full_length_seqs >= 1,
     }
 
@@ -132,12 +151,25 @@ def _print_table(r: dict[str, Any]) -> None:
     table.add_column("value", justify="right")
     rows = [("bytes per token", _human_bytes(r["bytes_per_token"])),
             ("bytes per block", _human_bytes(r["bytes_per_block"]))]
+    groups = r["attention_layers"]
+    if len(groups) > 1 or groups[0]["window"] is not None:
+        rows.append(("attention layers", ", ".join(
+            f"{g['layers']} full" if g["window"] is None else f"{g['layers']} sliding ({g['window']:,})"
+            for g in groups)))
     if "bytes_per_seq" in r:
         seq = f"per max_model_len sequence ({r['max_model_len']:,} tokens"
         if r["max_kv_tokens_per_seq"] < r["max_model_len"]:
             seq += f", window {r['max_kv_tokens_per_seq']:,}"
         rows.append((seq + ")", _human_bytes(r["bytes_per_seq"])))
-    rows.append(("weights (2 bytes/param)", _human_bytes(r["weight_bytes"])))
+        if r["simulator_bytes_per_seq"] != r["bytes_per_seq"]:
+            rows.append(("  as `sim run` counts it (no layer capped)",
+                         _human_bytes(r["simulator_bytes_per_seq"])))
+    params = f"{r['num_params'] / 1e9:,.2f} B"
+    if r["is_moe"]:
+        params += f" total, {r['num_active_params'] / 1e9:,.2f} B active per token"
+    rows.append(("parameters", params))
+    rows.append((f"weights ({r['weight_dtype']}, {DTYPE_BYTES[r['weight_dtype']]:g} bytes/param)",
+                 _human_bytes(r["weight_bytes"])))
     if "num_gpu_blocks" in r:
         rows += [("GPU", f"{r['gpu_name']} ({_human_bytes(r['gpu_memory_bytes'])})"),
                  ("gpu_memory_utilization", f"{r['gpu_memory_utilization']}"),
@@ -147,6 +179,8 @@ def _print_table(r: dict[str, Any]) -> None:
                  ("num_gpu_blocks", f"{r['num_gpu_blocks']:,}"),
                  ("pool tokens", f"{r['pool_tokens']:,}"),
                  ("full-length requests at once", f"{r['max_full_length_seqs']:,}")]
+        if r["simulator_max_full_length_seqs"] != r["max_full_length_seqs"]:
+            rows.append(("  as `sim run` counts them", f"{r['simulator_max_full_length_seqs']:,}"))
     for name, value in rows:
         table.add_row(name, value)
     console = Console()

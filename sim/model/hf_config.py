@@ -13,9 +13,14 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from sim.errors import ConfigError
+from sim.model.hf_fields import (
+    GEMMA_SANDWICH, KNOWN_MODEL_TYPES, QK_NORM, Fields, layer_windows, moe_layer_indices,
+    warn_unknown_model_type)
+from sim.model.layers import moe_layer_flags
 from sim.model.spec import MlpKind, ModelSpec, NormKind
 
 _PRESETS_PATH = Path(__file__).resolve().parent / "data" / "models.yaml"
+MAX_CONFIG_BYTES = 16 << 20  # a config.json is a few KB; refuse to read a mistaken huge file
 
 
 @cache
@@ -46,8 +51,10 @@ def load_model(name_or_path: str, *, source: str = "<cli>", key: str = "model") 
         path = path / "config.json"
     if path.is_file():
         try:
+            if path.stat().st_size > MAX_CONFIG_BYTES:
+                raise ValueError(f"larger than {MAX_CONFIG_BYTES} bytes: not a config.json")
             cfg = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # JSONDecodeError, huge ints, deep nesting
             raise ConfigError(source, key, f"cannot read HuggingFace config {path}: {exc}") from None
         if not isinstance(cfg, dict):
             raise ConfigError(str(path), "<root>", "a config.json must hold a JSON object")
@@ -58,60 +65,94 @@ def load_model(name_or_path: str, *, source: str = "<cli>", key: str = "model") 
 
 
 def spec_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str) -> ModelSpec:
-    """Build a ModelSpec from config.json keys (llama, mistral, qwen2, opt, deepseek_v2 style).
+    """Build a ModelSpec from config.json keys (llama, mistral, mixtral, qwen2/3 and their
+    MoE, gemma/2/3, opt, deepseek_v2/v3 style; a multimodal config's ``text_config``).
 
     Missing optional keys take HuggingFace's defaults (num_key_value_heads = heads,
-    head_dim = hidden / heads, tie_word_embeddings = true). Qwen2's sliding_window only
-    counts when use_sliding_window is true. Errors name ``source`` and the key.
+    head_dim = hidden / heads, tie_word_embeddings = true, the config class's for Gemma).
+    Per-layer windows and MoE layers follow hf_fields. Every problem is one ConfigError
+    naming ``source`` and the key; an unknown model_type is read llama-style, with a warning.
     """
-    def get(key: str, default: Any = ..., kind: type | tuple = int) -> Any:
-        value = cfg.get(key)
-        if value is None:
-            if default is ...:
-                raise ConfigError(source, key, "required key missing from the model config")
-            return default
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ConfigError(source, key, f"expected {getattr(kind, '__name__', kind)}, got {value!r}")
-        if kind is int and value <= 0:
-            raise ConfigError(source, key, f"must be a positive integer, got {value}")
-        return value
-
-    model_type = str(cfg.get("model_type", ""))
+    text = cfg.get("text_config")
+    if isinstance(text, dict) and "num_hidden_layers" not in cfg:  # Gemma-3: a vision-language config
+        cfg = {"model_type": cfg.get("model_type"), **text}
+    model_type = Fields(cfg, source, "").str("model_type")
+    if model_type not in KNOWN_MODEL_TYPES:
+        warn_unknown_model_type(source, model_type)
+    f = Fields(cfg, source, model_type)
     is_opt = model_type == "opt"
-    hidden, heads = get("hidden_size"), get("num_attention_heads")
-    intermediate = get("ffn_dim") if is_opt else get("intermediate_size")
-    window = get("sliding_window", None)
-    if cfg.get("use_sliding_window") is False or (model_type == "qwen2" and not cfg.get("use_sliding_window")):
-        window = None
-    kv_lora_rank = get("kv_lora_rank", None)
-    head_dim = get("head_dim", None) or hidden // heads
+    num_layers, hidden, heads = f.int("num_hidden_layers"), f.int("hidden_size"), f.int("num_attention_heads")
+    intermediate = f.int("ffn_dim") if is_opt else f.int("intermediate_size")
+    vocab = f.int("vocab_size")
+    kv_lora_rank = f.int("kv_lora_rank", None)
+    num_kv_heads = f.int("num_key_value_heads", heads)
     if kv_lora_rank is not None:
-        head_dim = get("qk_nope_head_dim") + get("qk_rope_head_dim")
-    max_pos = get("max_position_embeddings", None)
-    num_experts = get("n_routed_experts", None) or get("num_local_experts", None) or 0
+        head_dim = f.int("qk_nope_head_dim") + f.int("qk_rope_head_dim")
+        f.int("v_head_dim")
+    else:
+        if heads % num_kv_heads:
+            raise f.error("num_key_value_heads", f"must divide num_attention_heads ({heads}), got {num_kv_heads}")
+        head_dim = f.int("head_dim", None)
+        if head_dim is None:
+            if hidden % heads:
+                raise f.error("hidden_size", f"must be a multiple of num_attention_heads ({heads}) "
+                              f"when head_dim is not given, got {hidden}")
+            head_dim = hidden // heads
+    windows = layer_windows(f, num_layers)
+    max_pos = f.int("max_position_embeddings", None)
+    moe = _moe_fields(f, num_layers, intermediate)
     try:
         return ModelSpec(
-            name=name, num_layers=get("num_hidden_layers"), hidden_size=hidden,
-            num_attention_heads=heads, num_kv_heads=get("num_key_value_heads", heads),
-            head_dim=head_dim, intermediate_size=intermediate, vocab_size=get("vocab_size"),
-            tie_word_embeddings=get("tie_word_embeddings", True, bool),
-            sliding_window=window, max_position_embeddings=max_pos,
+            name=name, num_layers=num_layers, hidden_size=hidden,
+            num_attention_heads=heads, num_kv_heads=num_kv_heads,
+            head_dim=head_dim, intermediate_size=intermediate, vocab_size=vocab,
+            tie_word_embeddings=f.bool("tie_word_embeddings", True),
+            sliding_window=windows[0] if len(set(windows)) == 1 else None,
+            layer_windows=windows if len(set(windows)) > 1 else None,
+            max_position_embeddings=max_pos,
             mlp=MlpKind.PLAIN if is_opt else MlpKind.GATED,
             norm=NormKind.LAYER if is_opt else NormKind.RMS,
-            qkv_bias=(model_type == "qwen2" or get("attention_bias", False, bool)
-                      or (is_opt and get("enable_bias", True, bool))),
-            linear_bias=is_opt and get("enable_bias", True, bool),
+            norms_per_layer=4 if model_type in GEMMA_SANDWICH else 2, qk_norm=model_type in QK_NORM,
+            qkv_bias=(model_type in ("qwen2", "qwen2_moe") or f.bool("attention_bias", False)
+                      or (is_opt and f.bool("enable_bias", True))),
+            linear_bias=is_opt and f.bool("enable_bias", True),
             num_learned_positions=(max_pos + 2) if is_opt and max_pos else 0,
-            word_embed_proj_dim=get("word_embed_proj_dim", None),
-            q_lora_rank=get("q_lora_rank", None), kv_lora_rank=kv_lora_rank,
-            qk_nope_head_dim=get("qk_nope_head_dim", None),
-            qk_rope_head_dim=get("qk_rope_head_dim", None), v_head_dim=get("v_head_dim", None),
-            num_experts=num_experts,
-            num_experts_per_tok=get("num_experts_per_tok", 0) if num_experts else 0,
-            moe_intermediate_size=get("moe_intermediate_size", None) or (intermediate if num_experts else None),
-            num_shared_experts=get("n_shared_experts", 0) if num_experts else 0,
-            first_k_dense_replace=cfg.get("first_k_dense_replace") or 0,
-            moe_layer_freq=get("moe_layer_freq", 1),
+            word_embed_proj_dim=f.int("word_embed_proj_dim", None),
+            q_lora_rank=f.int("q_lora_rank", None), kv_lora_rank=kv_lora_rank,
+            qk_nope_head_dim=f.int("qk_nope_head_dim", None),
+            qk_rope_head_dim=f.int("qk_rope_head_dim", None), v_head_dim=f.int("v_head_dim", None),
+            **moe,
         )
-    except ValueError as exc:
+    except ValueError as exc:  # a combination the checks above missed: still one line
         raise ConfigError(source, "<root>", str(exc)) from None
+
+
+def _moe_fields(f: Fields, num_layers: int, intermediate: int) -> dict[str, Any]:
+    """ModelSpec's MoE fields: Mixtral (num_local_experts), Qwen2/3-MoE (num_experts,
+    shared_expert_intermediate_size, decoder_sparse_step, mlp_only_layers), DeepSeek
+    (n_routed_experts, n_shared_experts, first_k_dense_replace, moe_layer_freq). A config
+    whose rules leave no MoE layer is dense."""
+    key = next((k for k in ("n_routed_experts", "num_local_experts", "num_experts") if f.has(k)), None)
+    num_experts = f.int(key, 0) if key else 0
+    if not num_experts:
+        return {}
+    top_k = f.int("num_experts_per_tok")
+    if top_k > num_experts:
+        raise f.error("num_experts_per_tok", f"must be at most {key} ({num_experts}), got {top_k}")
+    moe_inter = f.int("moe_intermediate_size", None) or intermediate
+    out: dict[str, Any] = dict(
+        num_experts=num_experts, num_experts_per_tok=top_k, moe_intermediate_size=moe_inter,
+        num_shared_experts=f.int("n_shared_experts", 0),
+        first_k_dense_replace=f.int("first_k_dense_replace", 0), moe_layer_freq=f.int("moe_layer_freq", 1),
+        moe_layer_indices=moe_layer_indices(f, num_layers),
+        router_bias=f.str("topk_method") == "noaux_tc")
+    shared = f.int("shared_expert_intermediate_size", 0) if f.model_type in ("qwen2_moe", "qwen3_moe") else 0
+    if shared:
+        out |= dict(shared_expert_intermediate_size=shared, shared_expert_gate=f.model_type == "qwen2_moe",
+                    num_shared_experts=-(-shared // moe_inter))
+    if not any(moe_layer_flags(num_layers, num_experts=num_experts,
+                               first_k_dense_replace=out["first_k_dense_replace"],
+                               moe_layer_freq=out["moe_layer_freq"],
+                               moe_layer_indices=out["moe_layer_indices"])):
+        return {}
+    return out

@@ -30,6 +30,11 @@ GIB = 1 << 30
 #: fragmentation. 768 MiB is a middle of the 0.5-1 GiB range seen on recent drivers.
 DEFAULT_RUNTIME_OVERHEAD_BYTES = 768 << 20
 
+#: Most KV blocks a pool may have (16,777,216): the paged allocator keeps a few Python objects
+#: per block (4M blocks take about 0.6 GB and 3 s to set up; tiny-llama on an A100-80GB
+#: makes 4.4M); a bigger pool is a typo or a fake GPU.
+MAX_GPU_BLOCKS = 1 << 24
+
 #: fp32 copies of the sampler's [max_num_seqs, vocab] tensor alive at its peak (logits and
 #: probabilities).
 SAMPLER_FP32_COPIES = 2
@@ -151,6 +156,12 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
             f" leaves {_gib(pool)}; use a bigger GPU, a smaller model or lower max_num_batched_tokens,"
             f" or raise gpu_memory_utilization"))
     num_blocks = num_gpu_blocks_override or pool // per_block
+    if num_blocks > MAX_GPU_BLOCKS:
+        key = "num_gpu_blocks_override" if num_gpu_blocks_override else "block_size"
+        raise ConfigError(source, key, (
+            f"a KV pool of {num_blocks} blocks; the most is {MAX_GPU_BLOCKS} (the allocator keeps"
+            f" objects per block): raise the block size (now {block_size}), lower"
+            " gpu_memory_utilization or set num_gpu_blocks_override"))
     return MemoryPlan(
         gpu_memory_bytes=gpu_memory_bytes, gpu_memory_utilization=gpu_memory_utilization,
         weight_bytes=weights, activation_peak_bytes=activation_peak_bytes,

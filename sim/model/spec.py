@@ -18,21 +18,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import StrEnum
 
 from sim.model.dtypes import KVDtype
-
-
-class MlpKind(StrEnum):
-    """``gated``: down(silu(gate(x)) * up(x)) (llama family). ``plain``: fc2(relu(fc1(x))) (OPT)."""
-
-    GATED = "gated"
-    PLAIN = "plain"
-
-
-class NormKind(StrEnum):
-    RMS = "rms"  # weight only
-    LAYER = "layer"  # weight and bias
+from sim.model.layers import LinearOp, MlpKind, NormKind, check_shapes, moe_layer_flags
 
 
 @dataclass(frozen=True)
@@ -43,8 +31,15 @@ class ModelSpec:
     ``v_head_dim`` are required and ``head_dim`` is nope + rope). MoE models set
     ``num_experts`` > 0: layers ``i >= first_k_dense_replace`` with ``i % moe_layer_freq == 0``
     use ``num_experts`` routed experts of ``moe_intermediate_size`` (``num_experts_per_tok``
-    per token) plus ``num_shared_experts`` always-on ones; the other layers use a dense MLP
-    of ``intermediate_size``.
+    per token) plus always-on shared experts of ``shared_intermediate_size`` in all (Qwen2-MoE
+    names it; DeepSeek: ``num_shared_experts`` x ``moe_intermediate_size``); the other layers
+    use a dense MLP of ``intermediate_size``. ``moe_layer_indices``, when set, lists the MoE
+    layers instead (Qwen2/3-MoE's ``decoder_sparse_step`` and ``mlp_only_layers``).
+
+    Attention: ``sliding_window`` is a window every layer uses (Mistral); ``layer_windows``
+    gives one window per layer (None: full attention) when layers differ (Gemma-2/3), and
+    then ``sliding_window`` is None. ``kv_bytes_per_token`` counts every layer;
+    ``sim.model.attention.kv_bytes_per_seq`` caps each layer at its window.
     """
 
     name: str
@@ -75,18 +70,18 @@ class ModelSpec:
     num_shared_experts: int = 0
     first_k_dense_replace: int = 0
     moe_layer_freq: int = 1
+    moe_layer_indices: tuple[int, ...] | None = None
+    # Qwen2-MoE's one shared expert; its num_shared_experts is that width in expert units
+    # (rounded up), which is what the memory plan's activation estimate reads.
+    shared_expert_intermediate_size: int | None = None
+    shared_expert_gate: bool = False  # Qwen2-MoE: a sigmoid gate (hidden -> 1) on the shared expert
+    router_bias: bool = False  # DeepSeek-V3: e_score_correction_bias, one per routed expert
+    norms_per_layer: int = 2  # Gemma-2/3: 4 (norms before and after attention and MLP)
+    qk_norm: bool = False  # Qwen3, Gemma-3: an RMSNorm (head_dim weights) on q and on k
+    layer_windows: tuple[int | None, ...] | None = None
 
     def __post_init__(self) -> None:
-        for f in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
-                  "head_dim", "intermediate_size", "vocab_size"):
-            if getattr(self, f) <= 0:
-                raise ValueError(f"{f} must be positive, got {getattr(self, f)}")
-        if self.sliding_window is not None and self.sliding_window <= 0:
-            raise ValueError(f"sliding_window must be positive or None, got {self.sliding_window}")
-        if self.is_mla and None in (self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim):
-            raise ValueError("MLA needs qk_nope_head_dim, qk_rope_head_dim and v_head_dim")
-        if self.is_moe and (self.num_experts_per_tok <= 0 or not self.moe_intermediate_size):
-            raise ValueError("MoE needs num_experts_per_tok and moe_intermediate_size")
+        check_shapes(self)
 
     @property
     def is_mla(self) -> bool:
@@ -98,10 +93,19 @@ class ModelSpec:
 
     @property
     def num_moe_layers(self) -> int:
+        return sum(moe_layer_flags(self.num_layers, num_experts=self.num_experts,
+                                   first_k_dense_replace=self.first_k_dense_replace,
+                                   moe_layer_freq=self.moe_layer_freq,
+                                   moe_layer_indices=self.moe_layer_indices))
+
+    @property
+    def shared_intermediate_size(self) -> int:
+        """Width of the always-on shared experts of a MoE layer, all together (0: none)."""
         if not self.is_moe:
             return 0
-        return sum(1 for i in range(self.first_k_dense_replace, self.num_layers)
-                   if i % self.moe_layer_freq == 0)
+        if self.shared_expert_intermediate_size is not None:
+            return self.shared_expert_intermediate_size
+        return self.num_shared_experts * self.moe_intermediate_size
 
     @property
     def num_dense_mlp_layers(self) -> int:
@@ -132,7 +136,11 @@ class ModelSpec:
 
     def _num_bias_and_norm_params(self) -> int:
         per_norm = self.hidden_size * (2 if self.norm is NormKind.LAYER else 1)
-        total = (2 * self.num_layers + 1) * per_norm  # two per layer + the final norm
+        total = (self.norms_per_layer * self.num_layers + 1) * per_norm  # per layer + the final norm
+        if self.qk_norm:
+            total += self.num_layers * 2 * self.head_dim
+        total += self.num_moe_layers * (self.hidden_size * self.shared_expert_gate
+                                        + self.num_experts * self.router_bias)
         if self.is_mla:  # RMSNorms inside the MLA projections
             total += self.num_layers * (self.kv_lora_rank + (self.q_lora_rank or 0))
         if self.qkv_bias:
@@ -142,22 +150,6 @@ class ModelSpec:
             mlp_out = self.intermediate_size * (2 if self.mlp is MlpKind.GATED else 1)
             total += self.num_dense_mlp_layers * (mlp_out + self.hidden_size)
         return total
-
-
-@dataclass(frozen=True)
-class LinearOp:
-    """One weight matrix applied to the tokens of a step: y[m, n] = x[m, k] @ W[k, n].
-
-    Present in ``num_layers`` layers. A routed-expert op has ``num_experts`` copies of W,
-    of which each token uses ``experts_per_tok``; dense ops have 1 and 1.
-    """
-
-    name: str
-    k: int
-    n: int
-    num_layers: int
-    num_experts: int = 1
-    experts_per_tok: int = 1
 
 
 def linear_ops(model: ModelSpec) -> tuple[LinearOp, ...]:
@@ -187,8 +179,8 @@ def linear_ops(model: ModelSpec) -> tuple[LinearOp, ...]:
         mlp += [LinearOp("router", h, E, moe_L),
                 LinearOp("experts_gate_up", h, 2 * mi, moe_L, E, k),
                 LinearOp("experts_down", mi, h, moe_L, E, k)]
-        if model.num_shared_experts:
-            si = mi * model.num_shared_experts
+        si = model.shared_intermediate_size
+        if si:
             mlp += [LinearOp("shared_gate_up", h, 2 * si, moe_L), LinearOp("shared_down", si, h, moe_L)]
     return tuple(attn + mlp)
 
@@ -224,8 +216,9 @@ def elementwise_bytes_per_token(model: ModelSpec, act_bytes: float, kv_bytes: fl
 
     Per layer: two RMS/LayerNorms (read + write hidden: 4h), two residual adds (6h), RoPE
     on q and k (read + write), the MLP activation (read gate and up, write: 3 x
-    intermediate; MoE: for top-k routed plus shared experts). Plus the embedding row and
-    the KV cache write (``kv_bytes``, already in the KV dtype).
+    intermediate; MoE: for top-k routed plus shared experts). Norms beyond two per layer
+    (Gemma-2/3) add 4h each. Plus the embedding row and the KV cache write (``kv_bytes``,
+    already in the KV dtype).
     """
     h = model.hidden_size
     if model.is_mla:
@@ -236,9 +229,10 @@ def elementwise_bytes_per_token(model: ModelSpec, act_bytes: float, kv_bytes: fl
     dense = model.num_dense_mlp_layers * act * model.intermediate_size
     moe = 0
     if model.is_moe:
-        moe = model.num_moe_layers * 3 * model.moe_intermediate_size * (
-            model.num_experts_per_tok + model.num_shared_experts)
-    elements = model.num_layers * (10 * h + rope) + dense + moe + h
+        moe = model.num_moe_layers * 3 * (model.moe_intermediate_size * model.num_experts_per_tok
+                                          + model.shared_intermediate_size)
+    extra_norms = 4 * h * (model.norms_per_layer - 2)
+    elements = model.num_layers * (10 * h + rope + extra_norms) + dense + moe + h
     return elements * act_bytes + kv_bytes
 
 
@@ -275,7 +269,11 @@ def max_kv_tokens_per_seq(model: ModelSpec, max_model_len: int) -> int:
     """The most KV tokens one sequence ever holds: min(max_model_len, sliding_window).
 
     Sliding-window models keep bytes per token unchanged but drop tokens older than the
-    window, so a sequence never needs more than ``sliding_window`` tokens of cache.
+    window, so a sequence never needs more than ``sliding_window`` tokens of cache. With
+    per-layer windows (``layer_windows``) the full-attention layers keep every token, so
+    this is ``max_model_len``: the simulator's allocator gives each token one slot of every
+    layer (vLLM without its hybrid KV cache manager); ``sim.model.attention`` has the exact
+    per-layer bytes.
     """
     if model.sliding_window is None:
         return max_model_len

@@ -80,3 +80,64 @@ def test_bad_input_raises_config_error_naming_the_flag(argv, key: str, fragment:
         run_kv(parse(argv))
     assert err.value.file == "<cli>" and err.value.key == key
     assert fragment in err.value.message
+
+
+def test_weight_dtype_changes_weights_and_pool(capsys) -> None:
+    base = ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "8192"]
+    bf16 = run_json(capsys, base)
+    int4 = run_json(capsys, [*base, "--weight-dtype", "int4"])
+    fp32 = run_json(capsys, [*base, "--weight-dtype", "fp32"])
+    assert bf16["weight_dtype"] == "bf16" and bf16["weight_bytes"] == 2 * 8_030_261_248
+    assert int4["weight_bytes"] == 8_030_261_248 // 2 and fp32["weight_bytes"] == 4 * 8_030_261_248
+    assert fp32["kv_pool_bytes"] < bf16["kv_pool_bytes"] < int4["kv_pool_bytes"]
+    assert int4["num_gpu_blocks"] > bf16["num_gpu_blocks"]
+    assert int4["bytes_per_token"] == bf16["bytes_per_token"]  # the KV dtype is separate
+
+
+def test_moe_reports_total_and_active_parameters(capsys) -> None:
+    out = run_json(capsys, ["--model", "qwen3-30b-a3b"])
+    assert out["is_moe"] and out["num_params"] == 30_532_122_624
+    assert out["num_active_params"] == 3_353_032_704 and out["weight_bytes"] == 2 * out["num_params"]
+    assert run_kv(parse(["--model", "deepseek-v3"])) == 0
+    text = capsys.readouterr().out
+    assert "671.03 B total, 37.55 B active" in text
+
+
+def test_per_layer_windows_exact_and_as_simulated(capsys) -> None:
+    out = run_json(capsys, ["--model", "gemma-2-9b", "--gpu", "h100-sxm"])
+    per_layer_token = 2 * 8 * 256 * 2
+    assert out["attention_layers"] == [{"window": None, "layers": 21}, {"window": 4096, "layers": 21}]
+    assert out["sliding_window"] is None and out["max_kv_tokens_per_seq"] == 8192
+    assert out["bytes_per_seq"] == 21 * per_layer_token * (8192 + 4096)
+    assert out["simulator_bytes_per_seq"] == 42 * per_layer_token * 8192
+    assert out["max_full_length_seqs"] == out["kv_pool_bytes"] // out["bytes_per_seq"]
+    assert out["simulator_max_full_length_seqs"] == out["num_gpu_blocks"] // 512
+    assert out["max_full_length_seqs"] > out["simulator_max_full_length_seqs"]
+    assert run_kv(parse(["--model", "gemma-3-12b", "--max-model-len", "32768"])) == 0
+    text = capsys.readouterr().out
+    assert "8 full, 40 sliding (1,024)" in text and "as `sim run` counts it" in text
+
+
+def test_uniform_model_exact_equals_simulated(capsys) -> None:
+    out = run_json(capsys, ["--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--max-model-len", "32768",
+                            "--weight-dtype", "fp8"])
+    assert out["bytes_per_seq"] == out["simulator_bytes_per_seq"] == 32768 * 327680
+    assert out["max_full_length_seqs"] == out["simulator_max_full_length_seqs"]
+
+
+def test_bad_weight_dtype_names_the_flag() -> None:
+    with pytest.raises(ConfigError) as err:
+        run_kv(parse(["--model", "llama-3-8b", "--weight-dtype", "fp4"]))
+    assert err.value.key == "--weight-dtype"
+    assert "allowed: fp32, bf16, fp16, fp8, int8, int4" in err.value.message
+
+
+def test_bad_config_json_through_the_command_line(tmp_path, capsys) -> None:
+    from sim.cli.main import main
+
+    cfg = json.loads((FIXTURES / "qwen2.5-7b" / "config.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "num_key_value_heads": 3}))
+    assert main(["kv", "--model", str(path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"error: {path}: num_key_value_heads: must divide num_attention_heads (28), got 3"]
