@@ -148,12 +148,13 @@ _KEYS = {"combine": "form", "scale": "positive", "decode_attention_scale": "posi
 
 def composition_from_dict(data, *, file: str) -> Composition:
     """Validate a calibration's ``composition:`` mapping (ConfigError names the key)."""
-    import math  # noqa: PLC0415
-
     from sim.errors import ConfigError  # noqa: PLC0415
 
     if not isinstance(data, dict):
         raise ConfigError(file, "composition", "expected a mapping with scale, per_layer_s, per_step_s")
+    for key in data:
+        if not isinstance(key, str):
+            raise ConfigError(file, f"composition.{key}", f"unknown key; allowed: {', '.join(_KEYS)}")
     for key in data:
         if key not in _KEYS:
             raise ConfigError(file, f"composition.{key}", f"unknown key; allowed: {', '.join(_KEYS)}")
@@ -169,9 +170,12 @@ def composition_from_dict(data, *, file: str) -> Composition:
                 raise ConfigError(file, "composition.combine", f"got {value!r}; allowed: {', '.join(COMBINE_FORMS)}")
             values[key] = value
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ConfigError(file, f"composition.{key}", f"expected a number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1e12 <= value <= 1e12:
+            raise ConfigError(file, f"composition.{key}", f"expected a number, got {value!r}; allowed: finite numbers up to 1e12")
         rule = _KEYS[key]
+        if (rule == "positive" and value < 1e-6) or (key.endswith("_s") and value > 10.0):
+            raise ConfigError(file, f"composition.{key}", f"{value!r} is outside the allowed range "
+                              + ("1e-06 to 1e+12" if rule == "positive" else "0 to 10 s"))
         if (rule == "positive" and value <= 0) or value < 0:
             raise ConfigError(file, f"composition.{key}",
                               f"must be {'> 0' if rule == 'positive' else '>= 0'}, got {value}")

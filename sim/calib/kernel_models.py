@@ -228,25 +228,54 @@ def kernel_fit_from_dict(kernel: str, data, *, file: str) -> KernelFit:
                 v = math.inf if v.lower() in (".inf", "inf") else float(v)
             except ValueError:
                 pass  # reported below
+        lo, hi = PARAM_LIMITS[name]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0:
             raise ConfigError(file, f"{where}.params.{name}", f"expected a number >= 0, got {v!r}")
+        if not (lo <= v <= hi or (name in _MAY_BE_INF and v == math.inf)):
+            raise ConfigError(file, f"{where}.params.{name}", f"{v!r} is outside the allowed range "
+                              f"{lo:g} to {hi:g}" + (" (or .inf)" if name in _MAY_BE_INF else ""))
         params[name] = float(v)
-    for name in ("bandwidth_bytes_per_s", "flops_per_s", "sharpness"):
-        if params[name] <= 0:
-            raise ConfigError(file, f"{where}.params.{name}", "must be > 0")
     spec = KERNELS[kernel]
-    rows = []
-    for i, row in enumerate(data.get("grid") or []):
-        try:
-            xs, ts = [float(v) for v in row[spec.axis]], [float(v) for v in row["time_s"]]
-            key = grid_key(kernel, row)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(file, f"{where}.grid[{i}]", f"bad grid row ({exc}); fields: "
-                              f"{', '.join(spec.fields)}, time_s") from None
-        if len(xs) != len(ts) or len(xs) < 2 or xs != sorted(xs) or min(ts) <= 0 or ts != sorted(ts):
-            raise ConfigError(file, f"{where}.grid[{i}]", "need >= 2 ascending axis values and as many "
-                              "non-decreasing time_s (> 0)")
-        rows.append(GridRow(key, tuple(xs), tuple(ts)))
-    return KernelFit(kernel, params, cv_mape=data.get("cv_mape"), train_mape=data.get("train_mape"),
-                     num_records=int(data.get("num_records") or 0), num_shapes=int(data.get("num_shapes") or 0),
-                     cv_folds=int(data.get("cv_folds") or 0), grid=tuple(rows))
+    grid = data.get("grid") or []
+    if not isinstance(grid, list):
+        raise ConfigError(file, f"{where}.grid", "expected a list of rows")
+    rows = [_grid_row(kernel, row, file, f"{where}.grid[{i}]") for i, row in enumerate(grid)]
+    extras = {k: _stat(data.get(k), file, f"{where}.{k}", k.endswith("mape"))
+              for k in ("cv_mape", "train_mape", "num_records", "num_shapes", "cv_folds")}
+    return KernelFit(kernel, params, cv_mape=extras["cv_mape"], train_mape=extras["train_mape"],
+                     num_records=int(extras["num_records"] or 0), num_shapes=int(extras["num_shapes"] or 0),
+                     cv_folds=int(extras["cv_folds"] or 0), grid=tuple(rows))
+
+
+#: name -> (floor, ceiling) of a fitted parameter; flops_per_s may also be .inf (no compute
+#: term), sharpness .inf (the roofline's hard max)
+_MAY_BE_INF = ("flops_per_s", "sharpness")
+PARAM_LIMITS = {"bandwidth_bytes_per_s": (1.0, 1e18), "flops_per_s": (1.0, 1e21), "x_half": (0.0, 1e9),
+                "overhead_s": (0.0, 10.0), "item_s": (0.0, 10.0), "sharpness": (1e-3, 1e3)}
+
+
+def _grid_row(kernel: str, row, file: str, where: str) -> GridRow:
+    spec = KERNELS[kernel]
+    try:
+        xs, ts = [float(v) for v in row[spec.axis]], [float(v) for v in row["time_s"]]
+        key = grid_key(kernel, row)
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError):
+        raise ConfigError(file, where, f"bad grid row; expected a mapping with the fields "
+                          f"{', '.join(spec.fields)} and time_s (lists of numbers)") from None
+    if any(v is not None and not isinstance(v, (str, int, float)) for v in key):
+        raise ConfigError(file, where, "a shape field holds a list or mapping; expected a number or text")
+    if not all(math.isfinite(v) for v in xs + ts) or max(ts, default=0) > 1e6:
+        raise ConfigError(file, where, "axis values and time_s must be finite (time_s at most 1e6 s)")
+    if len(xs) != len(ts) or len(xs) < 2 or xs != sorted(xs) or min(ts) <= 0 or ts != sorted(ts):
+        raise ConfigError(file, where, "need >= 2 ascending axis values and as many "
+                          "non-decreasing time_s (> 0)")
+    return GridRow(key, tuple(xs), tuple(ts))
+
+
+def _stat(v, file: str, key: str, fraction: bool):
+    """An optional fit statistic: a finite number >= 0 (a count, or an error share)."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1e12:  # NaN fails too
+        raise ConfigError(file, key, f"expected a finite number from 0 to 1e12, got {v!r}")
+    return float(v) if fraction else int(v)

@@ -22,12 +22,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, parse_yaml, read_yaml_file
+from sim.config.limits import MAX_SESSIONS, ceiling_message
 from sim.config.schema import *  # noqa: F403  (the schema's names are this module's API too)
-from sim.config.schema import BatchingPolicy, EmpiricalLength, FixedLength, Scenario
+from sim.config.schema import BatchingPolicy, EmpiricalLength, FixedLength, Scenario, UniformLength, ZipfLength
+
+#: Most turns of one conversation: turn k's prompt repeats the k-1 turns before it.
+MAX_TURNS = 10_000
 
 def _cross_checks(sc: Scenario) -> list[tuple[str, str]]:
     """Checks that need more than one section; returns (key.path, message) pairs."""
@@ -59,11 +62,35 @@ def _cross_checks(sc: Scenario) -> list[tuple[str, str]]:
             "workload.shared_prefix.prefix_tokens",
             f"{wl.shared_prefix.prefix_tokens} must be below engine.max_model_len {mml}",
         ))
+    problems.extend(_size_checks(sc))
     for key, dist in (("prompt_tokens", wl.prompt_tokens), ("output_tokens", wl.output_tokens)):
         if isinstance(dist, EmpiricalLength) and not sc.resolve(dist.path).is_file():
-            problems.append((f"workload.{key}.path", f"file not found: {dist.path}"))
+            problems.append((f"workload.{key}.path", f"file not found (or not a regular file): {dist.path}"))
     if wl.trace is not None and not sc.resolve(wl.trace.path).is_file():
-        problems.append(("workload.trace.path", f"file not found: {wl.trace.path}"))
+        problems.append(("workload.trace.path", f"file not found (or not a regular file): {wl.trace.path}"))
+    return problems
+
+
+def _size_checks(sc: Scenario) -> list[tuple[str, str]]:
+    """Products of sizes that would exhaust memory or time (README: "Ceilings")."""
+    problems, wl = [], sc.workload
+    if wl.trace is None and wl.num_requests is None and wl.duration_s is not None:
+        expected = wl.duration_s * wl.arrival.rate
+        if expected > MAX_SESSIONS:
+            problems.append(("workload.duration_s", (
+                f"{wl.duration_s:g} s at workload.arrival.rate {wl.arrival.rate:g}/s is about "
+                f"{expected:.3g} arrivals; the most is {MAX_SESSIONS}: shorten it, lower the rate "
+                "or set workload.num_requests")))
+    turns = wl.conversation.turns if wl.conversation is not None else None
+    if turns is not None:
+        low = {FixedLength: "value", UniformLength: "low"}.get(type(turns))
+        high = {FixedLength: "value", UniformLength: "high", ZipfLength: "max"}.get(type(turns))
+        least = max(turns.min, getattr(turns, low) if low else 1)
+        most = getattr(turns, high) if high else turns.max
+        if least > MAX_TURNS or (most is not None and min(most, turns.max or most) > MAX_TURNS):
+            problems.append(("workload.conversation.turns", (
+                f"sessions of up to {most or least} turns; the most is {MAX_TURNS} "
+                "(each turn's prompt repeats the turns before it)")))
     return problems
 
 
@@ -134,6 +161,10 @@ def _explain(err: dict, data: Any) -> tuple[str, str]:
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
     got = err.get("input")
+    bound = (err.get("ctx") or {}).get("le", (err.get("ctx") or {}).get("ge"))
+    ceiling = ceiling_message(key, got, kind, bound)
+    if ceiling is not None:
+        return key, ceiling
     if kind not in ("value_error",) and not isinstance(got, (dict, list)):
         msg = f"{msg} (got {got!r})"
     return key, msg
@@ -157,15 +188,13 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
 def set_override(data: dict, assignment: str, source: str = "--set") -> None:
     """Apply ``key.path=value`` (value parsed as YAML) to a raw scenario mapping in place."""
     if "=" not in assignment:
-        raise ConfigError(source, assignment, "expected key.path=value")
+        raise ConfigError(source, assignment, "expected key.path=value (e.g. kv.block_size=32)")
     path, _, raw = assignment.partition("=")
-    keys = path.strip().split(".")
-    if not all(keys):
-        raise ConfigError(source, path, "empty key in key path")
-    try:
-        value = yaml.safe_load(raw)
-    except yaml.YAMLError:
-        raise ConfigError(source, path, f"cannot parse value {raw!r} as YAML") from None
+    path = path.strip()
+    keys = path.split(".")
+    if not all(k.strip() for k in keys):
+        raise ConfigError(source, path or "<empty>", "empty key in key path; expected key.path=value")
+    value = parse_yaml(raw, source, key=path)  # bounded: no alias bombs from the command line
     node = data
     for k in keys[:-1]:
         nxt = node.get(k)
@@ -178,18 +207,9 @@ def set_override(data: dict, assignment: str, source: str = "--set") -> None:
 
 
 def read_yaml(path: str | Path) -> Any:
-    """Read a YAML file, turning I/O and syntax problems into ConfigError."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(str(path), "<file>", "file not found")
-    try:
-        return yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "<yaml>"
-        raise ConfigError(str(path), where, f"malformed YAML: {getattr(exc, 'problem', exc)}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(path), "<file>", f"cannot read: {exc}") from None
+    """Read a YAML file safely (sim.errors.read_yaml_file: a regular file of bounded size,
+    UTF-8, bounded nesting and alias expansion); every problem is one ConfigError."""
+    return read_yaml_file(path)
 
 
 def load_scenario(path: str | Path, overrides: list[str] = ()) -> Scenario:

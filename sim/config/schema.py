@@ -11,6 +11,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sim.config.limits import nonneg_float, nonneg_int, pos_float, pos_int
 from sim.kv import AllocatorKind
 from sim.kv.eviction import PrefixEviction
 from sim.kv.swap import SwapTransfer
@@ -50,8 +51,8 @@ DtypeName = Literal["fp16", "bf16", "fp8", "int8", "int4"]
 
 
 class _Clip(_Frozen):
-    min: PosInt = 1
-    max: PosInt | None = None
+    min: pos_int("<length>.min") = 1
+    max: pos_int("<length>.max") | None = None
 
     @model_validator(mode="after")
     def _min_le_max(self):
@@ -62,13 +63,13 @@ class _Clip(_Frozen):
 
 class FixedLength(_Clip):
     type: Literal["fixed"]
-    value: PosInt
+    value: pos_int("<length>.value")
 
 
 class UniformLength(_Clip):
     type: Literal["uniform"]
-    low: PosInt
-    high: PosInt
+    low: pos_int("<length>.low")
+    high: pos_int("<length>.high")
 
     @model_validator(mode="after")
     def _low_le_high(self):
@@ -79,16 +80,16 @@ class UniformLength(_Clip):
 
 class LogNormalLength(_Clip):
     type: Literal["lognormal"]
-    median: PosFloat
-    sigma: PosFloat
+    median: pos_float("<length>.median")
+    sigma: pos_float("<length>.sigma")
 
 
 class ZipfLength(_Clip):
     """P(k) proportional to k**-a on the integers [min, max]; max is required."""
 
     type: Literal["zipf"]
-    a: PosFloat
-    max: PosInt
+    a: pos_float("<length>.a")
+    max: pos_int("<zipf>.max")
 
 
 class EmpiricalLength(_Clip):
@@ -107,20 +108,20 @@ LengthDist = Annotated[
 
 class PoissonArrival(_Frozen):
     type: Literal["poisson"]
-    rate: PosFloat  # requests per second
+    rate: pos_float("workload.arrival.rate")  # requests per second
 
 
 class GammaArrival(_Frozen):
     """Inter-arrival times from a gamma distribution: cv > 1 is burstier than Poisson."""
 
     type: Literal["gamma"]
-    rate: PosFloat
-    cv: PosFloat
+    rate: pos_float("workload.arrival.rate")
+    cv: pos_float("workload.arrival.cv")
 
 
 class ConstantArrival(_Frozen):
     type: Literal["constant"]
-    rate: PosFloat
+    rate: pos_float("workload.arrival.rate")
 
 
 ArrivalProcess = Annotated[
@@ -133,7 +134,7 @@ class TraceReplay(_Frozen):
     ``arrived_at, num_prefill_tokens, num_decode_tokens`` (the Azure 2023 format)."""
 
     path: str
-    speedup: PosFloat = 1.0  # 2.0 replays the trace twice as fast
+    speedup: pos_float("workload.trace.speedup") = 1.0  # 2.0 replays the trace twice as fast
 
 
 class SharedPrefix(_Frozen):
@@ -142,10 +143,10 @@ class SharedPrefix(_Frozen):
     popularity (prompt k with probability proportional to k**-zipf_a) when ``zipf_a``
     is set."""
 
-    num_prefixes: PosInt
-    prefix_tokens: PosInt
-    fraction: Annotated[float, Field(gt=0, le=1)] = 1.0
-    zipf_a: PosFloat | None = None
+    num_prefixes: pos_int("workload.shared_prefix.num_prefixes")
+    prefix_tokens: pos_int("workload.shared_prefix.prefix_tokens")
+    fraction: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 1.0
+    zipf_a: pos_float("workload.shared_prefix.zipf_a") | None = None
 
 
 class Conversation(_Frozen):
@@ -154,17 +155,17 @@ class Conversation(_Frozen):
     arrives ``think_time_s`` (exponential with this mean) after the previous answer."""
 
     turns: LengthDist
-    think_time_s: Annotated[float, Field(ge=0)] = 5.0
+    think_time_s: nonneg_float("workload.conversation.think_time_s") = 5.0
 
 
 class Workload(_Frozen):
-    num_requests: PosInt | None = None
-    duration_s: PosFloat | None = None
+    num_requests: pos_int("workload.num_requests") | None = None
+    duration_s: pos_float("workload.duration_s") | None = None
     arrival: ArrivalProcess | None = None
     trace: TraceReplay | None = None
     prompt_tokens: LengthDist | None = None
     output_tokens: LengthDist | None = None
-    max_tokens: PosInt | None = None
+    max_tokens: pos_int("workload.max_tokens") | None = None
     shared_prefix: SharedPrefix | None = None
     conversation: Conversation | None = None
 
@@ -187,14 +188,14 @@ class Workload(_Frozen):
 
 
 class EngineConfig(_Frozen):
-    max_model_len: PosInt = 8192
-    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
+    max_model_len: pos_int("engine.max_model_len") = 8192
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.9
     weight_dtype: DtypeName = "bf16"
     kv_dtype: DtypeName = "bf16"
-    kv_quant_group_size: PosInt = 64
-    activation_peak_bytes: Annotated[int, Field(ge=0)] | None = None
-    runtime_overhead_bytes: Annotated[int, Field(ge=0)] | None = None
-    num_gpu_blocks_override: PosInt | None = None
+    kv_quant_group_size: pos_int("engine.kv_quant_group_size") = 64
+    activation_peak_bytes: nonneg_int("engine.activation_peak_bytes") | None = None
+    runtime_overhead_bytes: nonneg_int("engine.runtime_overhead_bytes") | None = None
+    num_gpu_blocks_override: pos_int("engine.num_gpu_blocks_override") | None = None
 
 
 class TokenEvictionConfig(_Frozen):
@@ -203,9 +204,9 @@ class TokenEvictionConfig(_Frozen):
     Sizes the policy does not use are ignored."""
 
     policy: _choice(TokenEviction) = TokenEviction.NONE
-    window_tokens: Annotated[int, Field(ge=0)] = 0
-    sink_tokens: Annotated[int, Field(ge=0)] = 0
-    heavy_tokens: Annotated[int, Field(ge=0)] = 0
+    window_tokens: nonneg_int("kv.token_eviction.window_tokens") = 0
+    sink_tokens: nonneg_int("kv.token_eviction.sink_tokens") = 0
+    heavy_tokens: nonneg_int("kv.token_eviction.heavy_tokens") = 0
 
     @model_validator(mode="after")
     def _needs_sizes(self):
@@ -226,11 +227,11 @@ class TokenEvictionConfig(_Frozen):
 
 class KVConfig(_Frozen):
     allocator: _choice(AllocatorKind) = AllocatorKind.PAGED
-    block_size: PosInt = 16
+    block_size: pos_int("kv.block_size") = 16
     prefix_caching: bool = False
     prefix_cache_eviction: _choice(PrefixEviction) = PrefixEviction.LRU
     token_eviction: TokenEvictionConfig = TokenEvictionConfig()
-    swap_space_gb: Annotated[float, Field(ge=0)] = 4.0
+    swap_space_gb: nonneg_float("kv.swap_space_gb") = 4.0
     swap_transfer: _choice(SwapTransfer) = SwapTransfer.PER_BLOCK
 
     @model_validator(mode="after")
@@ -245,23 +246,23 @@ class KVConfig(_Frozen):
 
 class SchedulerConfig(_Frozen):
     policy: _choice(BatchingPolicy) = BatchingPolicy.CONTINUOUS
-    max_num_seqs: PosInt = 256
-    max_num_batched_tokens: PosInt | None = None  # None: 8192, or max_model_len if larger and not chunked
+    max_num_seqs: pos_int("scheduler.max_num_seqs") = 256
+    max_num_batched_tokens: pos_int("scheduler.max_num_batched_tokens") | None = None  # None: 8192, or max_model_len if larger and not chunked
     preemption: _choice(PreemptionMode) = PreemptionMode.RECOMPUTE
     preemption_victim: _choice(VictimPolicy) = VictimPolicy.LIFO
-    watermark: Annotated[float, Field(ge=0, lt=0.5)] = 0.0  # pool share kept free at admission
+    watermark: Annotated[float, Field(ge=0, lt=0.5, allow_inf_nan=False)] = 0.0  # pool share kept free at admission
     when_kv_full: _choice(WhenKVFull) = WhenKVFull.QUEUE
 
 
 class SLO(_Frozen):
-    ttft_s: PosFloat = 2.0
-    tpot_s: PosFloat = 0.2
+    ttft_s: pos_float("slo.ttft_s") = 2.0
+    tpot_s: pos_float("slo.tpot_s") = 0.2
 
 
 class Scenario(_Frozen):
     name: str = "scenario"
     description: str = ""
-    seed: Annotated[int, Field(ge=0)] = 0
+    seed: nonneg_int("seed") = 0
     model: str = "llama-3-8b"
     gpu: str = "a100-80gb"
     engine: EngineConfig = EngineConfig()

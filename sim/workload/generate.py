@@ -10,20 +10,17 @@ A workload is a list of :class:`SessionSpec`: a single request is a session of o
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from sim.errors import ConfigError
+from sim.config.limits import MAX_DURATION_S, MAX_REQUESTS, MAX_SESSIONS, MAX_TOKENS
 from sim.config.scenario import (
-    ConstantArrival, EmpiricalLength, FixedLength, GammaArrival, LogNormalLength, PoissonArrival, Scenario,
-    UniformLength, ZipfLength)
-
-# Guard against runaway generation from a rate/duration typo.
-MAX_SESSIONS = 2_000_000
+    MAX_TURNS, ConstantArrival, EmpiricalLength, FixedLength, GammaArrival, LogNormalLength, PoissonArrival,
+    Scenario, UniformLength, ZipfLength)
+from sim.workload.csvfile import read_columns
 
 
 @dataclass(frozen=True)
@@ -45,19 +42,9 @@ class SessionSpec:
 # ----------------------------------------------------------------------------- lengths
 
 
-@lru_cache(maxsize=16)
 def read_column(path: str, column: str) -> np.ndarray:
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames is None or column not in reader.fieldnames:
-            raise ConfigError(path, column, f"no such column; columns: {reader.fieldnames}")
-        try:
-            values = np.array([float(row[column]) for row in reader])
-        except ValueError as exc:
-            raise ConfigError(path, column, f"non-numeric value: {exc}") from None
-    if values.size == 0:
-        raise ConfigError(path, column, "the file has no rows")
-    return values
+    """One numeric column of a CSV file (sim/workload/csvfile.py: bounded, checked, cached)."""
+    return read_columns(path, (column,)).values[0]
 
 
 def sample_lengths(dist, n: int, rng: np.random.Generator, sc: Scenario) -> np.ndarray:
@@ -77,7 +64,8 @@ def sample_lengths(dist, n: int, rng: np.random.Generator, sc: Scenario) -> np.n
         raw = rng.choice(values, size=n)
     else:  # pragma: no cover - the scenario schema admits nothing else
         raise TypeError(f"unknown length distribution {dist!r}")
-    hi = dist.max if dist.max is not None else np.inf
+    # MAX_TOKENS (above any max_model_len) keeps heavy tails inside int64
+    hi = min(dist.max, MAX_TOKENS) if dist.max is not None else MAX_TOKENS
     return np.clip(raw, dist.min, hi).astype(np.int64)
 
 
@@ -124,23 +112,31 @@ def arrival_times(sc: Scenario, rng: np.random.Generator) -> np.ndarray:
 # ---------------------------------------------------------------------------- sessions
 
 
-def _read_trace(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _read_trace(path: Path, speedup: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     cols = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
-    data = [read_column(str(path), c) for c in cols]
-    arrived = data[0]
-    if np.any(np.diff(arrived) < 0):
-        raise ConfigError(str(path), "arrived_at", "arrival times must be non-decreasing")
-    for name, col in zip(cols[1:], data[1:]):
-        if np.any(col < 1) or np.any(col != np.rint(col)):
-            raise ConfigError(str(path), name, "lengths must be positive integers")
-    return arrived - arrived[0], data[1].astype(np.int64), data[2].astype(np.int64)
+    table = read_columns(str(path), cols)
+    arrived = table.values[0]
+    back = np.flatnonzero(np.diff(arrived) < 0)
+    if back.size:
+        raise ConfigError(str(path), table.where(int(back[0]) + 1, "arrived_at"),
+                          "earlier than the row before; arrival times must be non-decreasing")
+    if (arrived[-1] - arrived[0]) / speedup > MAX_DURATION_S:
+        raise ConfigError(str(path), table.where(arrived.size - 1, "arrived_at"), (
+            f"the trace spans more than {MAX_DURATION_S:g} s (replayed at speedup {speedup:g}); "
+            "the most a run may span"))
+    for name, col in zip(cols[1:], table.values[1:]):
+        bad = np.flatnonzero((col < 1) | (col != np.rint(col)) | (col > MAX_TOKENS))
+        if bad.size:
+            raise ConfigError(str(path), table.where(int(bad[0]), name),
+                              f"not a token count; allowed: integers from 1 to {MAX_TOKENS}")
+    return arrived - arrived[0], table.values[1].astype(np.int64), table.values[2].astype(np.int64)
 
 
 def build_workload(sc: Scenario, rng: np.random.Generator) -> list[SessionSpec]:
     """All sessions of the run, in arrival order (ties keep generation order)."""
     wl = sc.workload
     if wl.trace is not None:
-        arrived, prompts, outputs = _read_trace(sc.resolve(wl.trace.path))
+        arrived, prompts, outputs = _read_trace(sc.resolve(wl.trace.path), wl.trace.speedup)
         arrived = arrived / wl.trace.speedup
         keep = np.ones(arrived.size, dtype=bool)
         if wl.duration_s is not None:
@@ -157,6 +153,10 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> list[SessionSpec]:
             if wl.conversation is not None else np.ones(n, dtype=np.int64)
         )
         total_turns = int(turns_per.sum())
+        if n and (int(turns_per.max()) > MAX_TURNS or total_turns > MAX_REQUESTS):
+            raise ConfigError(sc.source_path, "workload.conversation.turns", (
+                f"{n} sessions drew {total_turns} turns, up to {int(turns_per.max())} in one; the "
+                f"most are {MAX_TURNS} turns a session and {MAX_REQUESTS} requests a run: set a max"))
         prompts = sample_lengths(wl.prompt_tokens, total_turns, rng, sc)
         outputs = sample_lengths(wl.output_tokens, total_turns, rng, sc)
     n = arrived.size
