@@ -111,7 +111,16 @@ def summary_errors(real: dict, sim: dict) -> dict:
         out[key] = {"real": a, "sim": b, "rel_error": _rel(b, a)}
     a, b = real["kv"]["peak_used_fraction"], sim["kv"]["peak_used_fraction"]
     out["peak_kv_used_fraction"] = {"real": a, "sim": b, "rel_error": _rel(b, a)}
-    for key in ("recompute", "swap"):
-        out[f"preemptions_{key}"] = {"real": real["preemptions"][key], "sim": sim["preemptions"][key]}
-    out["completed"] = {"real": real["requests"]["completed"], "sim": sim["requests"]["completed"]}
+    # Counts, side by side: every kind of preemption (a swap run's preemptions are swaps, and
+    # recompute also counts swaps that fell back to it), what they moved or redid, and how
+    # many requests each engine finished (the latency quantiles are over those).
+    for key in COUNTED_PREEMPTIONS:
+        out[f"preemptions_{key}"] = {"real": real["preemptions"].get(key), "sim": sim["preemptions"].get(key)}
+    for key in ("arrived", "completed", "rejected"):
+        out[key] = {"real": real["requests"][key], "sim": sim["requests"][key]}
     return out
+
+
+#: Preemption counters compared in the open loop (summary.json ``preemptions`` keys).
+COUNTED_PREEMPTIONS = ("recompute", "swap", "swap_fallback_to_recompute", "recomputed_tokens",
+                       "swap_out_bytes", "swap_in_bytes")

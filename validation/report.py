@@ -19,13 +19,13 @@ def _steps_figure(samples) -> go.Figure:
     x = np.arange(len(samples))
     fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38],
                         subplot_titles=("step time over the run", "predicted against measured"))
-    fig.add_trace(go.Scatter(x=x, y=meas, name="measured", mode="lines"), 1, 1)
-    fig.add_trace(go.Scatter(x=x, y=pred, name="predicted (cost model)", mode="lines"), 1, 1)
+    fig.add_trace(go.Scatter(x=x, y=meas, name="measured", mode="lines", line_color=REAL_COLOR), 1, 1)
+    fig.add_trace(go.Scatter(x=x, y=pred, name="predicted (cost model)", mode="lines", line_color=SIM_COLOR), 1, 1)
     if samples and all(s.kernel_sum_s is not None for s in samples):
         raw = np.array([s.kernel_sum_s for s in samples]) * 1e3
         fig.add_trace(go.Scatter(x=x, y=raw, name="kernel sum (no composition)", mode="lines",
-                                 line={"dash": "dot"}, visible="legendonly"), 1, 1)
-    fig.add_trace(go.Scatter(x=meas, y=pred, mode="markers", name="steps", marker={"size": 4},
+                                 line={"dash": "dot", "color": SIM_COLOR}, visible="legendonly"), 1, 1)
+    fig.add_trace(go.Scatter(x=meas, y=pred, mode="markers", name="steps", marker={"size": 4, "color": "#495057"},
                              text=[f"{s.num_seqs} seqs, {s.num_prefill_tokens} prefill, "
                                    f"{s.num_decode_tokens} decode tokens" for s in samples]), 1, 2)
     hi = float(max(pred.max(), meas.max())) if len(samples) else 1.0
@@ -41,9 +41,14 @@ def _steps_figure(samples) -> go.Figure:
 
 def _cdf_figure(real_requests, sim_requests) -> go.Figure:
     return latency_cdf_figure(
-        [LatencySeries.of_requests(real_requests, "real", "#1971c2"),
-         LatencySeries.of_requests(sim_requests, "simulated", "#e8590c")],
+        [LatencySeries.of_requests(real_requests, "real", REAL_COLOR),
+         LatencySeries.of_requests(sim_requests, "simulated", SIM_COLOR)],
         title="Open loop: latency CDFs, real engine against simulator", log_x=False, height=420)
+
+
+REAL_COLOR, SIM_COLOR = "#1971c2", "#e8590c"  # the real engine and the simulator, in every panel
+_COUNTS = (("completed", "completed"), ("rejected", "rejected"), ("preemptions_recompute", "recompute preemptions"),
+           ("preemptions_swap", "swap preemptions"))
 
 
 def _pct(x) -> str:
@@ -72,6 +77,8 @@ def _headline(result: dict) -> str:
         items.append("open loop p50: " + ", ".join(f"{m[:-2].upper()} {_pct(ol[m]['p50']['rel_error'])}"
                                                    for m in ("ttft_s", "tpot_s", "e2e_s"))
                      + f"; throughput {_pct(ol['requests_per_s']['rel_error'])}")
+        items.append("open loop counts, real / sim: " + "; ".join(
+            f"{label} {ol[key]['real']} / {ol[key]['sim']}" for key, label in _COUNTS if key in ol))
     return "<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in items) + "</ul>" if items else ""
 
 

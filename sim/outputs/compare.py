@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import html
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from plotly.io import to_html
 from plotly.subplots import make_subplots
 
 from sim.errors import ConfigError
-from sim.outputs.figures import LatencySeries, latency_cdf_figure
+from sim.outputs.figures import LatencySeries, latency_cdf_figure, run_colors
 from sim.outputs.files import write_atomic
 from sim.outputs.files import flatten
 
@@ -46,12 +47,86 @@ class Run:
     steps: dict[str, np.ndarray]  # time_s, kv_token_slots, kv_allocated_slots
 
 
-def _columns(path: Path, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+def _text(path: Path) -> str:
+    """A file's text; unreadable, empty or non-UTF-8 files are bad input (one error line)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(str(path), "<file>", f"cannot read: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), "<encoding>", f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                          f"{exc.start}); `sim run` writes UTF-8") from None
+    if not text.strip():
+        raise ConfigError(str(path), "<file>", "empty; give folders written by `sim run`")
+    return text
+
+
+def _number(cell: str, path: Path, column: str, line: int) -> float:
+    try:
+        value = float(cell)
+    except ValueError:
+        value = float("nan")
+    if not np.isfinite(value):
+        raise ConfigError(str(path), column, f"line {line}: {cell!r} is not a finite number")
+    return value
+
+
+def _columns(path: Path, names: tuple[str, ...], *, required: bool) -> dict[str, np.ndarray]:
+    """Numeric columns of a run's CSV. ``required``: every row has every column (steps);
+    otherwise an empty cell is a value the run did not have (an unfinished request)."""
     if not path.is_file():
         return {n: np.zeros(0) for n in names}
-    with path.open(encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    return {n: np.array([float(r[n]) for r in rows if r.get(n) not in (None, "")]) for n in names}
+    try:
+        reader = csv.reader(io.StringIO(_text(path)))
+        header = next(reader)
+        missing = [n for n in names if n not in header]
+        if missing:
+            has = "".join(c if c.isprintable() else "?" for c in ", ".join(header))
+            raise ConfigError(str(path), missing[0], f"missing column; needs {', '.join(names)}; the header has "
+                              f"{has[:160] + '...' if len(has) > 160 else has or 'nothing'}")
+        index = [header.index(n) for n in names]
+        cols: dict[str, list[float]] = {n: [] for n in names}
+        for row in reader:
+            if not row:
+                continue
+            for n, i in zip(names, index):
+                cell = row[i].strip() if i < len(row) else ""
+                if cell:
+                    cols[n].append(_number(cell, path, n, reader.line_num))
+                elif required:
+                    raise ConfigError(str(path), n, f"line {reader.line_num}: empty cell; every step has a value")
+    except csv.Error as exc:
+        raise ConfigError(str(path), "<csv>", f"malformed CSV: {exc}") from None
+    return {n: np.array(v, dtype=float) for n, v in cols.items()}
+
+
+def _number_or_none(summary: dict, key: str, path: Path):
+    node = summary
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None  # a key an older summary lacks: shown as "-"
+        node = node[part]
+    if node is not None and (isinstance(node, bool) or not isinstance(node, (int, float))):
+        raise ConfigError(str(path), key, f"expected a number or null, got {json.dumps(node)[:60]}")
+    return node
+
+
+def _summary(path: Path) -> dict:
+    try:
+        summary = json.loads(_text(path))
+    except ValueError as exc:
+        raise ConfigError(str(path), "<json>", f"malformed JSON: {exc}") from None
+    if not isinstance(summary, dict):
+        raise ConfigError(str(path), "<root>", "expected a JSON object (the summary `sim run` writes)")
+    pool = _number_or_none(summary, "kv.pool_tokens", path)
+    if pool is None or pool <= 0:
+        raise ConfigError(str(path), "kv.pool_tokens", "expected a positive number (the KV pool size), got "
+                          + ("nothing" if pool is None else str(pool)))
+    for key, _ in KEY_METRICS:
+        _number_or_none(summary, key, path)
+    return summary
 
 
 def load_run(folder: str, label: str) -> Run:
@@ -59,13 +134,10 @@ def load_run(folder: str, label: str) -> Run:
     path = d / "summary.json"
     if not path.is_file():
         raise ConfigError(folder, "summary.json", "not found; give folders written by `sim run`")
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ConfigError(str(path), "<json>", f"malformed: {exc}") from None
+    summary = _summary(path)
+    steps = _columns(d / "steps.csv", ("time_s", "kv_token_slots", "kv_allocated_slots"), required=True)
     return Run(label, summary, flatten(summary),
-               _columns(d / "requests.csv", ("ttft_s", "tpot_s", "e2e_s")),
-               _columns(d / "steps.csv", ("time_s", "kv_token_slots", "kv_allocated_slots")))
+               _columns(d / "requests.csv", ("ttft_s", "tpot_s", "e2e_s"), required=False), steps)
 
 
 def _labels(folders: list[str]) -> list[str]:
@@ -74,8 +146,8 @@ def _labels(folders: list[str]) -> list[str]:
 
 
 def _colors(runs: list[Run]) -> list[str]:
-    """One colour per run, shared by the bars and the CDFs."""
-    return [f"hsl({int(i * 360 / max(1, len(runs)))},60%,45%)" for i in range(len(runs))]
+    """One colour per run, the same in every panel: bars, CDFs and KV memory."""
+    return run_colors(len(runs))
 
 
 def _bars(runs: list[Run]) -> go.Figure:
@@ -89,6 +161,7 @@ def _bars(runs: list[Run]) -> go.Figure:
                                  showlegend=i == 0, legendgroup=run.label), i // 4 + 1, i % 4 + 1)
     fig.update_layout(title="Key numbers", height=260 * ((n + 3) // 4), barmode="group")
     fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(rangemode="tozero")
     return fig
 
 
@@ -100,13 +173,14 @@ def _cdfs(runs: list[Run]) -> go.Figure:
 
 def _memory(runs: list[Run]) -> go.Figure:
     fig = go.Figure()
-    for run in runs:
-        pool = run.summary.get("kv", {}).get("pool_tokens") or 1
+    for run, color in zip(runs, _colors(runs)):
+        pool = run.summary["kv"]["pool_tokens"]
         s = run.steps
         step = max(1, s["time_s"].size // 1500)
         for col, dash, what in (("kv_allocated_slots", "solid", "allocated"), ("kv_token_slots", "dot", "real tokens")):
             fig.add_trace(go.Scatter(x=s["time_s"][::step], y=s[col][::step] / pool * 100, mode="lines",
-                                     line_dash=dash, name=f"{run.label}: {what}", legendgroup=run.label))
+                                     line_dash=dash, line_color=color, name=f"{run.label}: {what}",
+                                     legendgroup=run.label))
     fig.update_layout(title="KV memory over time (% of each run's pool; dotted: real tokens)",
                       xaxis_title="simulated time (s)", yaxis_title="% of KV pool", yaxis_range=[0, 100])
     return fig
@@ -125,7 +199,9 @@ def _table_html(runs: list[Run]) -> str:
 
 
 def _fmt(v) -> str:
-    return "" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
+    if v is None:
+        return ""
+    return json.dumps(v) if isinstance(v, bool) else f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def render_compare(runs: list[Run]) -> str:
@@ -159,7 +235,12 @@ def run_compare(args) -> int:
     out = Path(args.out)
     if out.parent and not out.parent.is_dir():
         raise ConfigError(args.out, "--out", "its folder does not exist")
-    write_atomic(out, render_compare(runs))
+    if out.is_dir():
+        raise ConfigError(args.out, "--out", "is a folder; give the HTML file to write, e.g. compare.html")
+    try:
+        write_atomic(out, render_compare(runs))
+    except OSError as exc:
+        raise ConfigError(args.out, "--out", f"cannot write: {exc.strerror or exc}") from None
     if not args.quiet:
         print_table(runs)
         print(f"wrote {out}")

@@ -23,6 +23,14 @@ METRIC_NAMES = ("TTFT", "TPOT", "E2E")
 COLORS = plotly.colors.qualitative.Plotly  # plotly's default colour sequence
 
 
+def run_colors(n: int) -> list[str]:
+    """One distinct colour per series of a page (a run keeps it in every panel): plotly's
+    default sequence, or evenly spaced hues past its ten colours."""
+    if n <= len(COLORS):
+        return list(COLORS[:n])
+    return [f"hsl({int(i * 360 / n)},60%,45%)" for i in range(n)]
+
+
 @dataclass(frozen=True)
 class LatencySeries:
     """The latencies (seconds) of one set of finished requests: one curve per panel.
@@ -54,18 +62,22 @@ def latency_cdf_figure(series: Sequence[LatencySeries], *, title: str = "Latency
     x axes between log and linear."""
     fig = make_subplots(rows=1, cols=3, subplot_titles=PANEL_TITLES)
     legend = any(s.label is not None for s in series)
+    defaults = run_colors(len(series))
     for j, s in enumerate(series):
-        color = s.color or COLORS[j % len(COLORS)]
+        color = s.color or defaults[j]
+        first = True  # the series' legend entry: on its first drawn curve (a panel may be empty)
         for i, values in enumerate((s.ttft_s, s.tpot_s, s.e2e_s)):
             vals = np.sort(np.asarray(values, dtype=float))
+            vals = vals[np.isfinite(vals)]
             if not vals.size:
                 continue
             step = max(1, vals.size // MAX_POINTS)
             y = np.arange(1, vals.size + 1) / vals.size
             name = s.label if s.label is not None else METRIC_NAMES[i]
             fig.add_trace(go.Scatter(x=vals[::step], y=y[::step], mode="lines", name=name,
-                                     legendgroup=s.label, showlegend=legend and i == 0,
+                                     legendgroup=s.label, showlegend=legend and first,
                                      line_color=color), 1, i + 1)
+            first = False
     for i, limit in enumerate(slo_s):
         if limit is not None:
             fig.add_vline(x=limit, line_dash="dash", line_color="red", row=1, col=i + 1,

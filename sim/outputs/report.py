@@ -6,13 +6,15 @@ breakdown; batch size and tokens per step; queue lengths; preemption and swap ev
 TTFT, TPOT and E2E CDFs with the SLO marked (log or linear axes); a request timeline for a
 sample of requests; every summary number, the scenario and the calibration used.
 Long runs are binned to at most ``MAX_POINTS`` points per series (time-weighted means).
+A section that fails to render becomes a visible error box (and a warning on stderr), so a
+report bug never costs the run its summary and CSVs.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import html
 import json
+import sys
 
 import numpy as np
 import plotly.graph_objects as go
@@ -148,16 +150,50 @@ def _timeline_figure(requests) -> go.Figure:
     return fig
 
 
+_CAL_SCALARS = ("gpu_name", "memory_bytes", "hbm_bandwidth_bytes_per_s", "bandwidth_efficiency", "peak_flops",
+                "compute_eff_max", "compute_m_half_tokens", "pcie_bandwidth_bytes_per_s", "kernel_launch_s",
+                "step_overhead_s", "schema")
+
+
+def _rows(pairs) -> str:
+    return "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(_shown(v))}</td></tr>" for k, v in pairs)
+
+
+def _kernels_html(kernels: dict) -> str:
+    """Fitted kernel models (measured calibrations): accuracy and parameters, one row each."""
+    if not kernels:
+        return ""
+    head = "<tr><th>kernel</th><th>cv MAPE</th><th>train MAPE</th><th>records</th><th>shapes</th>" \
+           "<th>measured rows</th><th>parameters</th></tr>"
+    rows = []
+    for name, fit in kernels.items():
+        params = ", ".join(f"{k} {_shown(v)}" for k, v in fit.params.items())
+        cells = [name, *("-" if v is None else f"{v:.1%}" for v in (fit.cv_mape, fit.train_mape)),
+                 str(fit.num_records), str(fit.num_shapes),
+                 str(len(fit.grid)), params]
+        rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    return f"<h3>Fitted kernel models ({len(kernels)})</h3><table class='summary'>{head}{''.join(rows)}</table>"
+
+
 def _calibration_html(calibration) -> str:
+    """The calibration the run used: its numbers, fitted kernels and step composition when
+    measured, and its provenance (never the raw measurement grids)."""
     if calibration is None:
         return ""
-    rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(_shown(v))}</td></tr>"
-                   for k, v in dataclasses.asdict(calibration).items())
-    return f"<details open><summary>Calibration</summary><table class='summary'>{rows}</table></details>"
+    label = getattr(calibration, "source_label", str(calibration.source))
+    parts = [f"<p>{html.escape(calibration.name)} ({html.escape(label)})</p>",
+             "<table class='summary'>" + _rows((k, getattr(calibration, k)) for k in _CAL_SCALARS) + "</table>",
+             _kernels_html(calibration.kernels)]
+    if calibration.composition is not None:
+        parts.append("<h3>Step composition (kernel sum to measured step)</h3><table class='summary'>"
+                     + _rows(calibration.composition.to_dict().items()) + "</table>")
+    if calibration.provenance:
+        parts.append(f"<h3>Provenance</h3><table class='summary'>{_rows(calibration.provenance.items())}</table>")
+    return "<details open><summary>Calibration</summary>" + "".join(parts) + "</details>"
 
 
 def _shown(v) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else v if isinstance(v, str) else json.dumps(v, default=str)
+    return f"{v:.4g}" if isinstance(v, float) else v if isinstance(v, str) else str(v)
 
 
 def _summary_html(summary: dict, scenario_yaml: str) -> str:
@@ -216,17 +252,30 @@ def _load_calibration(sc):
 
 def render_report(result, summary: dict, calibration=None) -> str:
     """The whole report as one HTML string. ``calibration``: the one the run used (read
-    again from the scenario's ``gpu`` when not given)."""
+    again from the scenario's ``gpu`` when not given). Never raises for a bug of its own: a
+    section that fails is an error box, a page that fails a page saying so (module docstring)."""
+    page = _guarded("whole report", lambda: _render(result, summary, calibration))
+    if "<html>" in page:
+        return page
+    return f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>kvsim report</title></head><body>{page}</body></html>"
+
+
+def _render(result, summary: dict, calibration) -> str:
     steps = result.steps.array()
     pool = summary["kv"]["pool_tokens"]
     sc = result.scenario
-    figs = [_memory_figure(steps, pool), _load_figure(steps),
-            _events_figure(steps, str(sc.scheduler.preemption)),
-            latency_cdf_figure([LatencySeries.of_requests(result.requests)],
-                               slo_s=(sc.slo.ttft_s, sc.slo.tpot_s, None), axis_toggle=True),
-            _timeline_figure(result.requests)]
-    parts = [to_html(f, full_html=False, include_plotlyjs=(i == 0), config={"responsive": True})
-             for i, f in enumerate(figs)]
+    figs = {"KV memory": lambda: _memory_figure(steps, pool), "engine load": lambda: _load_figure(steps),
+            "preemption events": lambda: _events_figure(steps, str(sc.scheduler.preemption)),
+            "latency CDFs": lambda: latency_cdf_figure(
+                [LatencySeries.of_requests(result.requests)], slo_s=(sc.slo.ttft_s, sc.slo.tpot_s, None),
+                axis_toggle=True),
+            "request timeline": lambda: _timeline_figure(result.requests)}
+    parts, js = [], True
+    for name, build in figs.items():
+        part = _guarded(name, lambda: to_html(build(), full_html=False, include_plotlyjs=js,
+                                              config={"responsive": True}))
+        js = js and "section-error" in part  # plotly.js inlined once, with the first figure drawn
+        parts.append(part)
     scenario_yaml = yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False)
     if calibration is None:
         calibration = _load_calibration(sc)
@@ -241,8 +290,21 @@ def render_report(result, summary: dict, calibration=None) -> str:
              ".cards{display:flex;flex-wrap:wrap;gap:10px}.card{background:#f1f3f5;border-radius:6px;"
              "padding:6px 12px;min-width:150px}.card b{display:block;font-size:20px}"
              ".card span{font-size:12px;color:#495057}"
-             ".note{background:#fff3bf;border-left:4px solid #f59f00;padding:6px 10px}")
+             ".note{background:#fff3bf;border-left:4px solid #f59f00;padding:6px 10px}"
+             "h3{font-size:15px;margin:1em 0 .3em}table.summary th{text-align:left;font-size:13px;padding:2px 10px}")
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{style}</style></head><body>{head}{_key_numbers_html(summary)}"
             + "".join(f"<div class='plot'>{p}</div>" for p in parts)
-            + _summary_html(summary, scenario_yaml) + _calibration_html(calibration) + "</body></html>")
+            + _guarded("summary", lambda: _summary_html(summary, scenario_yaml))
+            + _guarded("calibration", lambda: _calibration_html(calibration)) + "</body></html>")
+
+
+def _guarded(name: str, render) -> str:
+    """One section's HTML; a section that fails becomes a visible error box (and a warning on
+    stderr) instead of taking the whole report, and the run's other outputs, down with it."""
+    try:
+        return render()
+    except Exception as exc:  # noqa: BLE001 - any bug in one section must not lose the run
+        print(f"warning: report.html: the {name} section failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return (f"<p class='note section-error'><b>The {html.escape(name)} section could not be drawn:</b> "
+                f"{html.escape(type(exc).__name__)}: {html.escape(str(exc))}</p>")

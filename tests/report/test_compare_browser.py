@@ -22,3 +22,11 @@ def test_compare_page_overlays_runs(browser, tiny_scenario, tmp_path):
     assert [p["title"].split(" (")[0] for p in plots] == ["Key numbers", "Latency CDFs", "KV memory over time"]
     for p in plots:
         assert p["drawn"] >= 2 and p["names"] == ["recompute", "swap"], p
+    # one run, one colour, in every panel, as drawn (plotly's resolved colours, not the spec)
+    colors = page.eval("""(() => { const seen = {};
+        for (const gd of document.querySelectorAll('.js-plotly-plot')) for (const t of gd._fullData) {
+            const c = t.type === 'bar' ? t.marker.color : t.line.color;
+            (seen[t.legendgroup] = seen[t.legendgroup] || []).push(c); }
+        return Object.fromEntries(Object.entries(seen).map(([k, v]) => [k, Array.from(new Set(v))])); })()""")
+    assert sorted(colors) == ["recompute", "swap"]
+    assert all(len(c) == 1 for c in colors.values()) and colors["recompute"] != colors["swap"], colors

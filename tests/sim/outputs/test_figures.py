@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.outputs.figures import MAX_POINTS, LatencySeries, latency_cdf_figure
+from sim.outputs.figures import MAX_POINTS, LatencySeries, latency_cdf_figure, run_colors
 from sim.request import Request
 
 
@@ -55,3 +55,24 @@ def test_long_series_are_thinned() -> None:
     (trace,) = latency_cdf_figure([s]).data
     assert MAX_POINTS <= len(trace.x) <= MAX_POINTS + 1
     assert np.all(np.diff(trace.x) > 0)
+
+
+def test_run_colors_are_distinct_for_any_number_of_runs() -> None:
+    for n in (1, 2, 10, 11, 25):
+        colors = run_colors(n)
+        assert len(colors) == n == len(set(colors))
+
+
+def test_a_series_keeps_its_legend_entry_when_its_first_panel_is_empty() -> None:
+    a = LatencySeries("no ttft", [], [0.01, 0.02], [1.0])
+    b = LatencySeries("full", [0.1], [0.01], [1.0])
+    fig = latency_cdf_figure([a, b])
+    shown = [(t.name, t.showlegend) for t in fig.data]
+    assert shown == [("no ttft", True), ("no ttft", False), ("full", True), ("full", False), ("full", False)]
+    assert len({t.line.color for t in fig.data[:2]}) == 1 and fig.data[0].line.color != fig.data[2].line.color
+
+
+def test_non_finite_latencies_are_not_drawn() -> None:
+    s = LatencySeries(None, [0.1, float("nan"), float("inf"), 0.2], [], [])
+    (trace,) = latency_cdf_figure([s]).data
+    assert list(trace.x) == [0.1, 0.2] and list(trace.y) == [0.5, 1.0]
