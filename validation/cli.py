@@ -63,7 +63,7 @@ def run_validate(args) -> int:
         raise ConfigError("<cli>", "validate", "needs torch: pip install -e '.[gpu]'")
     from sim.engine.simulation import SimResult
     from sim.engine.metrics import summarize
-    from sim.outputs.files import write_atomic
+    from sim.outputs.files import VALIDATE_FILES, prepare_out_dir, safe_name, write_outputs
     from sim.config.scenario import load_scenario
     from realengine.model import make_model
     from validation import compare, runner
@@ -72,9 +72,10 @@ def run_validate(args) -> int:
     overrides = list(args.overrides) + ([f"gpu={args.calibration}"] if args.calibration else [])
     sc = load_scenario(args.scenario, overrides)
     _check(sc)
+    out_dir = Path(args.out) if args.out else Path("runs") / f"{safe_name(sc.name)}-validate"
+    stale = prepare_out_dir(out_dir, VALIDATE_FILES, force=getattr(args, "force", False))
     device = _device(args.device)
     threads = _match_threads(sc, device)
-    out_dir = Path(args.out) if args.out else Path("runs") / f"{sc.name}-validate"
     t0 = time.perf_counter()
     sim_result = runner.simulate(sc)  # also checks the plan before any model is built
     model = make_model(sc, device)
@@ -102,11 +103,11 @@ def run_validate(args) -> int:
         result["open_loop"]["real_step_errors_by_idle"] = compare.errors_by_idle(real.samples)
         real_reqs, open_samples = real.requests, real.samples
     result["wall_s"] = time.perf_counter() - t0
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(out_dir / "validation.json", json.dumps(result, indent=2) + "\n")
-    write_atomic(out_dir / "validation_steps.csv", compare.steps_csv(lock_samples, open_samples))
-    write_atomic(out_dir / "validation.html",
-                 render_validation(result, lock_samples, real_reqs, sim_result.requests))
+    write_outputs(out_dir, {
+        "validation.json": json.dumps(result, indent=2) + "\n",
+        "validation_steps.csv": compare.steps_csv(lock_samples, open_samples),
+        "validation.html": render_validation(result, lock_samples, real_reqs, sim_result.requests),
+    }, stale)
     _print(result, out_dir)
     return 0
 
@@ -170,10 +171,35 @@ def _print(result: dict, out_dir: Path) -> None:
         for m in ("ttft_s", "tpot_s", "e2e_s"):
             t.add_row(m, *(_pct(ol[m][q]["rel_error"]) for q in ("p50", "p90", "p99")))
         console.print(t)
-        console.print(f"throughput {_pct(ol['requests_per_s']['rel_error'])}, peak KV "
-                      f"{_pct(ol['peak_kv_used_fraction']['rel_error'])}, preemptions real "
-                      f"{ol['preemptions_recompute']['real']} / sim {ol['preemptions_recompute']['sim']}",
-                      highlight=False)
+        console.print(f"throughput {_pct(ol['requests_per_s']['rel_error'])} (requests/s), "
+                      f"{_pct(ol['output_tokens_per_s']['rel_error'])} (output tokens/s), peak KV allocated "
+                      f"{_pct(ol['peak_kv_used_fraction']['rel_error'])}", highlight=False)
+        console.print(_counts_table(ol))
+        done = ol.get("completed", {})
+        if done.get("real") != done.get("sim"):
+            console.print(f"  the engines completed different numbers of requests (real {done.get('real')}, sim "
+                          f"{done.get('sim')}): the latency quantiles are over different sets", highlight=False)
     console.print(f"wrote {out_dir}/validation.json, validation_steps.csv, validation.html "
                   f"({result['wall_s']:.0f} s)",
                   highlight=False)
+
+
+_COUNTS = (("completed", "requests completed", 1), ("rejected", "requests rejected", 1),
+           ("preemptions_recompute", "preemptions: recompute", 1), ("preemptions_swap", "preemptions: swap", 1),
+           ("preemptions_swap_fallback_to_recompute", "  swaps that fell back to recompute", 1),
+           ("preemptions_recomputed_tokens", "tokens recomputed", 1),
+           ("preemptions_swap_out_bytes", "swapped out (MiB)", 2**20), ("preemptions_swap_in_bytes", "swapped in (MiB)", 2**20))
+
+
+def _counts_table(ol: dict):
+    """What happened in each engine, side by side (counts: no relative error)."""
+    from rich.table import Table
+
+    t = Table(title="open loop: counts")
+    for name, justify in (("", "left"), ("real", "right"), ("sim", "right")):
+        t.add_column(name, justify=justify)
+    for key, label, unit in _COUNTS:
+        if key in ol:
+            t.add_row(label, *("-" if ol[key].get(w) is None else f"{ol[key][w] / unit:,.4g}" if unit != 1
+                               else f"{ol[key][w]:,}" for w in ("real", "sim")))
+    return t

@@ -23,6 +23,8 @@ def _add_run_parser(sub) -> None:
     p.add_argument("--no-report", action="store_true", help="skip report.html")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
     p.add_argument("--json", action="store_true", help="print summary.json to stdout")
+    p.add_argument("--force", action="store_true",
+                   help="replace an earlier run in --out (its files this run does not write are removed)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,24 +46,27 @@ def build_parser() -> argparse.ArgumentParser:
 def _run(args) -> int:
     from sim.engine.simulation import Simulation
     from sim.engine.metrics import summarize
-    from sim.outputs.files import write_run
+    from sim.outputs.files import RUN_FILES, prepare_out_dir, safe_name, write_outputs, write_run
     from sim.config.scenario import load_scenario
     from sim.outputs.table import print_summary, progress_bar
 
     sc = load_scenario(args.scenario, args.overrides)
-    out_dir = Path(args.out) if args.out else Path("runs") / sc.name
+    out_dir = Path(args.out) if args.out else Path("runs") / safe_name(sc.name)
+    writes = [f for f in RUN_FILES if not (args.no_report and f == "report.html")]
+    stale = prepare_out_dir(out_dir, writes, force=args.force)  # before minutes of simulation
     sim = Simulation(sc)
     show = not args.quiet and not args.json and sys.stderr.isatty()
     with progress_bar(show, len(sim.sessions)) as progress:
         sim.progress = progress
         result = sim.run()
     summary = summarize(result)
+    write_run(out_dir, summary, result, None, stale)  # the data first: nothing after can lose it
     report = None
     if not args.no_report:
         from sim.outputs.report import render_report
 
         report = render_report(result, summary, sim.cal)
-    write_run(out_dir, summary, result, report)
+        write_outputs(out_dir, {"report.html": report})
     if args.json:
         print(json.dumps(summary, indent=2))
     elif not args.quiet:
@@ -77,8 +82,10 @@ def _dispatch(args) -> int:
 
         return run_sweep_command(args)
     if args.command == "compare":
+        from sim.cli.sweep import check_compare_out
         from sim.outputs.compare import run_compare
 
+        check_compare_out(args)
         return run_compare(args)
     if args.command == "validate":
         from validation.cli import run_validate

@@ -33,6 +33,8 @@ def add_sweep_parser(sub) -> None:
                    help="local process pool (default) or Ray")
     p.add_argument("--ray-address", default=None,
                    help="a Ray cluster's address (default: start a local Ray)")
+    p.add_argument("--ray-timeout", type=float, default=None, metavar="SECONDS",
+                   help="give up reaching Ray after this long (default: 30)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary line")
 
 
@@ -41,6 +43,33 @@ def add_compare_parser(sub) -> None:
     p.add_argument("runs", nargs="+", metavar="DIR", help="folders written by `sim run`")
     p.add_argument("--out", default="compare.html", help="HTML file to write (default: compare.html)")
     p.add_argument("--quiet", action="store_true", help="no table")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite --out even when it is not a page written by sim compare")
+
+
+def check_compare_out(args) -> None:
+    """``sim compare --out``: a file (not a folder) in an existing, writable folder; an
+    existing file is replaced only when it is an earlier compare page, or with --force."""
+    from sim.outputs.files import check_writable
+
+    out = Path(args.out)
+    if out.is_dir():
+        raise ConfigError(args.out, "--out", "is a folder; give the HTML file to write, e.g. DIR/compare.html")
+    if not out.parent.is_dir():
+        raise ConfigError(args.out, "--out", "its folder does not exist")
+    check_writable(out)
+    if out.exists() and not args.force and not _is_compare_page(out):
+        raise ConfigError(args.out, "--out", "is an existing file not written by sim compare; "
+                          "pass --force to overwrite it, or choose another file")
+
+
+def _is_compare_page(path: Path) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return head.startswith("<!DOCTYPE html>") and "<title>kvsim compare" in head
 
 
 @contextmanager
@@ -65,28 +94,36 @@ def _progress(show: bool, total: int, already: int):
 
 
 def run_sweep_command(args) -> int:
-    from sim.sweep.executors import ExecutorKind, make_executor
+    from sim.outputs.files import check_writable, safe_name
+    from sim.sweep.executors import ExecutorKind, Terminated, make_executor
     from sim.sweep.grid import plan_sweep
-    from sim.sweep.runner import load_records, points_dir, run_sweep
+    from sim.sweep.runner import load_records, point_files, points_dir, run_sweep
 
-    executor = make_executor(ExecutorKind(args.executor), args.workers, args.ray_address)
+    executor = make_executor(ExecutorKind(args.executor), args.workers, args.ray_address, args.ray_timeout)
     plan = plan_sweep(args.scenario, args.grid, args.overrides)
     name = plan.points[0].data.get("name") or Path(args.scenario).stem
-    out_dir = Path(args.out) if args.out else Path("sweeps") / str(name)
-    if not args.resume and load_records(out_dir):
+    out_dir = Path(args.out) if args.out else Path("sweeps") / safe_name(str(name))
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(str(out_dir), "--out", "is an existing file; give a folder for the sweep")
+    check_writable(points_dir(out_dir))
+    if not args.resume and point_files(out_dir):
         raise ConfigError(str(points_dir(out_dir)), "--out",
                           "already holds a sweep's points; pass --resume to continue it, or another --out")
+    # --resume: every point file is checked (one error line for a malformed one) before anything runs
     done = len(set(load_records(out_dir)) & {p.point_id for p in plan.points}) if args.resume else 0
     show = not args.quiet and sys.stderr.isatty()
+    executor.start()  # Ray: reach the cluster (bounded by --ray-timeout) before writing anything
     try:
         with _progress(show, len(plan.points), done) as progress:
             stats = run_sweep(plan, out_dir, executor, resume=args.resume, on_done=progress)
-    except KeyboardInterrupt:
-        print(f"error: interrupted; finished points are kept in {points_dir(out_dir)}; "
-              "rerun with --resume to continue", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"error: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}; finished points "
+              f"are kept in {points_dir(out_dir)}; rerun with --resume to continue", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
+    finally:
+        executor.close()
     if not args.quiet:
-        print(f"{stats.num_points} points: computed {stats.num_computed}, reused {stats.num_reused}, "
-              f"invalid {stats.num_invalid}, crashed {stats.num_errors}; wrote {out_dir}/results.csv "
-              f"and {out_dir}/whatif.html")
+        from sim.sweep.table import print_sweep_summary
+
+        print_sweep_summary(plan, stats, out_dir)
     return 0

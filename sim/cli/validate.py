@@ -11,6 +11,8 @@ def add_validate_parser(sub) -> None:
     p.add_argument("--calibration", default=None,
                    help="calibration name or YAML for the simulator (default: the scenario's gpu)")
     p.add_argument("--out", default=None, help="output folder (default runs/<name>-validate)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an earlier run in --out (its files this run does not write are removed)")
     p.add_argument("--mode", choices=("both", "lockstep", "open-loop"), default="both")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE")
     p.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up run")

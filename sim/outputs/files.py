@@ -1,12 +1,19 @@
-"""Writing a run's files: summary.json, requests.csv, steps.csv (atomic, UTF-8)."""
+"""Writing a run's files: summary.json, requests.csv, steps.csv (atomic, UTF-8), and the
+checks on an output folder made before any work (see :func:`prepare_out_dir`)."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import os
+import re
+import tempfile
 from pathlib import Path
+from typing import Iterable
+
+from sim.errors import ConfigError
 
 from sim.engine.metrics import COLUMNS, request_latencies
 
@@ -19,10 +26,31 @@ REQUEST_COLUMNS = (
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers never see a half-written file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    """Write ``text`` to ``path`` so that readers never see a half-written file.
+
+    The text goes to a new temporary file with a unique name, created exclusively in
+    ``path``'s folder (``O_EXCL | O_NOFOLLOW``: a symlink planted there is never followed),
+    then renamed over ``path`` (a symlink at ``path`` is replaced, not followed). On any
+    failure the temporary file is removed and the error raised.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    if not hasattr(_umask, "value"):
+        _umask.value = os.umask(0o022)
+        os.umask(_umask.value)
+    return _umask.value
 
 
 #: Summary keys that measure the machine, not the scenario (left out of flattened summaries,
@@ -73,8 +101,10 @@ def steps_csv(step_log) -> str:
     return buf.getvalue()
 
 
-def write_run(out_dir: Path, summary: dict, result, report_html: str | None) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
+def write_run(out_dir: Path, summary: dict, result, report_html: str | None,
+              stale: Iterable[Path] = ()) -> list[Path]:
+    """Write a run's files into ``out_dir`` (see :func:`write_outputs`; ``stale`` are an
+    earlier run's files this run does not write, from :func:`prepare_out_dir`)."""
     files = {
         "summary.json": json.dumps(summary, indent=2, sort_keys=False) + "\n",
         "requests.csv": requests_csv(result.requests),
@@ -82,8 +112,99 @@ def write_run(out_dir: Path, summary: dict, result, report_html: str | None) -> 
     }
     if report_html is not None:
         files["report.html"] = report_html
+    return write_outputs(out_dir, files, stale)
+
+
+# --- output folders: where a command writes, checked before any work ---------------------
+
+#: The files each command writes into its output folder; a folder holding any of them (or
+#: a sweep's points/) holds another run's files.
+RUN_FILES = ("summary.json", "requests.csv", "steps.csv", "report.html")
+VALIDATE_FILES = ("validation.json", "validation_steps.csv", "validation.html")
+SWEEP_FILES = ("results.csv", "whatif.html")
+OUTPUT_FILES = RUN_FILES + VALIDATE_FILES + SWEEP_FILES
+
+_UNSAFE = re.compile(r"[^\w.+-]+")
+
+
+def safe_name(name: str, fallback: str = "scenario") -> str:
+    """One safe folder name from a scenario's ``name``: separators and other unsafe
+    characters become ``-``, leading and trailing dots and dashes go (``../../x`` -> ``x``,
+    ``/tmp/y`` -> ``tmp-y``); an empty result is ``fallback``."""
+    clean = _UNSAFE.sub("-", str(name)).strip(".-")[:120].strip(".-")
+    return clean or fallback
+
+
+def check_writable(target: Path, flag: str = "--out") -> None:
+    """``target`` (a file or folder, existing or not) can be created or replaced: its
+    nearest existing ancestor is a folder this process may write. Raises ConfigError."""
+    target = Path(target)
+    folder = target if target.is_dir() else target.parent
+    while not folder.exists() and not folder.is_symlink() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ConfigError(str(target), flag, f"{folder} is a file, not a folder; choose another path")
+    if not os.access(folder, os.W_OK | os.X_OK) or _read_only(folder):
+        raise ConfigError(str(target), flag, f"cannot write in {folder} (permission denied or a "
+                          "read-only file system); choose a writable path")
+
+
+def _read_only(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
+
+
+def prepare_out_dir(out: Path, writes: Iterable[str], *, force: bool, flag: str = "--out") -> list[Path]:
+    """Check an output folder before any work; return the files to remove once written.
+
+    ``out`` must be a folder (or not exist yet) that can be written. A folder already
+    holding another run's files (:data:`OUTPUT_FILES`) is refused unless ``force``; then the
+    old files this run does not write (``writes``) are returned, for :func:`remove_files`
+    after the new ones are written, so the folder never mixes two runs. Other files in
+    the folder are never touched. A sweep folder (``points/``) is always refused.
+    """
+    out = Path(out)
+    writes = set(writes)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(str(out), flag, "is an existing file; give a folder (a new one, or "
+                          "one holding an earlier run with --force)")
+    check_writable(out, flag)
+    if not out.is_dir():
+        return []
+    if (out / "points").is_dir():
+        raise ConfigError(str(out), flag, "holds a sweep (points/); choose another folder")
+    for name in writes:
+        if (out / name).is_dir():
+            raise ConfigError(str(out / name), flag, "is a folder where a file is to be written; "
+                              "choose another folder")
+    old = [out / n for n in OUTPUT_FILES if (out / n).exists() or (out / n).is_symlink()]
+    if old and not force:
+        raise ConfigError(str(out), flag, f"already holds another run's files ({', '.join(p.name for p in old)}); "
+                          "pass --force to replace them, or choose another folder")
+    return [p for p in old if p.name not in writes]
+
+
+def remove_files(paths: Iterable[Path]) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def write_outputs(out_dir: Path, files: dict[str, str], stale: Iterable[Path] = (),
+                  flag: str = "--out") -> list[Path]:
+    """Write ``files`` (name -> text) atomically into ``out_dir``, then remove ``stale``;
+    a failed write is one ConfigError line, not a traceback."""
+    out_dir = Path(out_dir)
     paths = []
-    for name, text in files.items():
-        write_atomic(out_dir / name, text)
-        paths.append(out_dir / name)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            write_atomic(out_dir / name, text)
+            paths.append(out_dir / name)
+        remove_files(stale)
+    except OSError as exc:
+        raise ConfigError(str(getattr(exc, "filename", None) or out_dir), flag,
+                          f"cannot write: {exc.strerror or exc}") from None
     return paths

@@ -7,17 +7,34 @@ this). Neither executor retries: ``run_point`` never raises, it records the cras
 
 The local pool uses ``spawn`` workers: no state is inherited from the parent (a forked
 Ray client or rich's threads would be), so a point's result depends on its inputs only.
+
+Workers die with their parent: on Ctrl-C or SIGTERM the parent kills its workers before
+it exits (finished points are saved; running ones rerun with ``--resume``), and a worker
+whose parent dies without cleaning up (SIGKILL) notices within a fraction of a second
+and exits.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
+import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from enum import StrEnum
 
 from sim.errors import ConfigError
+from sim.sweep.ray_executor import DEFAULT_RAY_TIMEOUT_S, connect_ray, run_ray
 from sim.sweep.runner import run_point
+
+#: How often a worker checks that its parent is alive (seconds).
+PARENT_POLL_S = 0.2
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread while points run (handled like Ctrl-C)."""
 
 
 class ExecutorKind(StrEnum):
@@ -31,62 +48,100 @@ def run_local(tasks: list[tuple], on_result, workers: int) -> None:
         for task in tasks:
             on_result(run_point(*task))
         return
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=_ignore_sigint,
-                               mp_context=multiprocessing.get_context("spawn"))
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=_init_worker,
+                               initargs=(os.getpid(),), mp_context=multiprocessing.get_context("spawn"))
+    finished = False
     try:
-        pending = {pool.submit(run_point, *task) for task in tasks}
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in done:
-                on_result(fut.result())
+        with _sigterm_raises():
+            pending = {pool.submit(run_point, *task) for task in tasks}
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    on_result(fut.result())
+        finished = True
     finally:
-        # On Ctrl-C: drop queued points, let running ones finish in the background.
+        if not finished:  # Ctrl-C, SIGTERM or a failure: no worker outlives this call
+            _kill_workers(pool)
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _ignore_sigint() -> None:
-    """Ctrl-C is the parent's to handle: a worker finishes its point instead of dying noisily."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in processes:
+        if proc.is_alive():
+            proc.kill()
+    for proc in processes:
+        proc.join(timeout=5)
 
 
-def run_ray(tasks: list[tuple], on_result, workers: int, address: str | None) -> None:
-    """Run each point as a Ray task (1 CPU each) on ``address``, or on a local Ray.
+@contextmanager
+def _sigterm_raises():
+    """In the main thread, SIGTERM raises :class:`Terminated` (so ``finally`` runs)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
 
-    A local Ray gets ``workers`` CPUs. On a cluster, every node needs kvsim installed and
-    the scenario's data files (traces, empirical lengths) at the same paths.
-    """
+    def handler(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
     try:
-        import ray
-    except ImportError:
-        raise ConfigError("--executor", "ray", "Ray is not installed; pip install 'kvsim[ray]'") from None
-    started = not ray.is_initialized()
-    if started:
-        kwargs = dict(include_dashboard=False, log_to_driver=False, logging_level="error",
-                      configure_logging=True)
-        try:
-            if address:
-                ray.init(address=address, **kwargs)
-            else:
-                ray.init(num_cpus=workers, **kwargs)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise ConfigError("--ray-address", address or "<local>", f"cannot start Ray: {exc}") from None
-    try:
-        remote = ray.remote(num_cpus=1, max_retries=0)(run_point)
-        pending = [remote.remote(*task) for task in tasks]
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            for ref in done:
-                on_result(ray.get(ref))
+        yield
     finally:
-        if started:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _init_worker(parent_pid: int) -> None:
+    """Ctrl-C is the parent's to handle (it kills the workers); a worker exits as soon as
+    its parent is gone, even when the parent was killed without cleaning up."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with_parent, args=(parent_pid,), name="kvsim-parent-watch",
+                     daemon=True).start()
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)
+
+
+class Executor:
+    """``executor(tasks, on_result)``; ``start()`` connects to Ray now (a bad address fails
+    before any file is written) and ``close()`` shuts down what ``start()`` started."""
+
+    def __init__(self, kind: ExecutorKind, workers: int, ray_address: str | None,
+                 ray_timeout_s: float) -> None:
+        self.kind, self.workers, self.ray_address, self.ray_timeout_s = kind, workers, ray_address, ray_timeout_s
+        self._started_ray = False
+
+    def start(self) -> None:
+        if self.kind == ExecutorKind.RAY:
+            self._started_ray = connect_ray(self.ray_address, self.workers, self.ray_timeout_s) or self._started_ray
+
+    def close(self) -> None:
+        if self._started_ray:
+            import ray
+
             ray.shutdown()
+            self._started_ray = False
+
+    def __call__(self, tasks: list[tuple], on_result) -> None:
+        if self.kind == ExecutorKind.RAY:
+            run_ray(tasks, on_result, self.workers, self.ray_address, self.ray_timeout_s)
+        else:
+            run_local(tasks, on_result, self.workers)
 
 
-def make_executor(kind: ExecutorKind, workers: int, ray_address: str | None = None):
+def make_executor(kind: ExecutorKind, workers: int, ray_address: str | None = None,
+                  ray_timeout_s: float | None = None) -> Executor:
     if workers < 1:
         raise ConfigError("--workers", str(workers), "must be at least 1")
-    if kind == ExecutorKind.RAY:
-        return lambda tasks, on_result: run_ray(tasks, on_result, workers, ray_address)
-    if ray_address:
-        raise ConfigError("--ray-address", ray_address, "only with --executor ray")
-    return lambda tasks, on_result: run_local(tasks, on_result, workers)
+    if kind != ExecutorKind.RAY:
+        if ray_address:
+            raise ConfigError("--ray-address", ray_address, "only with --executor ray")
+        if ray_timeout_s is not None:
+            raise ConfigError("--ray-timeout", str(ray_timeout_s), "only with --executor ray")
+    timeout = DEFAULT_RAY_TIMEOUT_S if ray_timeout_s is None else ray_timeout_s
+    if timeout <= 0:
+        raise ConfigError("--ray-timeout", str(timeout), "must be a positive number of seconds")
+    return Executor(kind, workers, ray_address, timeout)

@@ -23,10 +23,10 @@ import itertools
 import json
 from dataclasses import dataclass
 
-import yaml
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, parse_yaml
 from sim.config.scenario import parse_scenario, read_yaml, set_override
+from sim.sweep.inputs import FileDigests
 
 
 @dataclass(frozen=True)
@@ -89,10 +89,7 @@ def parse_axis(option: str, source: str = "--grid") -> GridAxis:
     raw_values = split_values(raw)
     if any(v == "" for v in raw_values):
         raise ConfigError(source, key, f"empty value in {raw!r}; give comma-separated values")
-    try:
-        values = tuple(yaml.safe_load(v) for v in raw_values)
-    except yaml.YAMLError:
-        raise ConfigError(source, key, f"cannot parse the values {raw!r} as YAML") from None
+    values = tuple(parse_yaml(v, source, key=key) for v in raw_values)  # no alias bombs
     if len(set(map(json.dumps, values))) != len(values):
         raise ConfigError(source, key, f"a value is repeated in {raw!r}")
     return GridAxis(key, tuple(raw_values), values)
@@ -110,8 +107,12 @@ def parse_axes(options: list[str]) -> tuple[GridAxis, ...]:
     return axes
 
 
-def point_id(data: dict) -> str:
-    blob = json.dumps(data, sort_keys=True, default=str).encode()
+def point_id(data: dict, file_digests: dict[str, str] | None = None) -> str:
+    """A hash of the point's whole scenario and of the content of every file it reads
+    (``file_digests``, see :mod:`sim.sweep.inputs`): a changed trace, calibration or
+    model config.json makes a new point, which ``--resume`` runs again."""
+    doc = {"scenario": data, "files": file_digests} if file_digests else data
+    blob = json.dumps(doc, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
@@ -134,12 +135,14 @@ def plan_sweep(scenario_path: str, grid: list[str], sets: list[str] = ()) -> Swe
     for assignment in sets:
         set_override(base, assignment, source=scenario_path)
     points = []
+    digests = FileDigests()
     for index, combo in enumerate(itertools.product(*(range(len(a.values)) for a in axes))):
         data = copy.deepcopy(base)
         for axis, i in zip(axes, combo):
             set_override(data, f"{axis.key}={axis.raw_values[i]}", source=scenario_path)
         values = {a.key: a.values[i] for a, i in zip(axes, combo)}
-        points.append(SweepPoint(index, point_id(data), values, data, _check_point(data, scenario_path)))
+        pid = point_id(data, digests.of(data, scenario_path))
+        points.append(SweepPoint(index, pid, values, data, _check_point(data, scenario_path)))
     _reject_hopeless(scenario_path, axes, points)
     return SweepPlan(scenario_path, axes, tuple(points))
 

@@ -24,9 +24,10 @@ import csv
 import io
 import json
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from sim.errors import ConfigError
 from sim.sweep.grid import SweepPlan, SweepPoint
 from sim.outputs.files import flatten, write_atomic
 
@@ -62,19 +63,61 @@ def save_record(out_dir: Path, record: dict) -> None:
     write_atomic(points_dir(out_dir) / f"{record['point_id']}.json", json.dumps(record, indent=1) + "\n")
 
 
-def load_records(out_dir: Path) -> dict[str, dict]:
-    """Finished records by point id (unreadable or half-written files are ignored)."""
-    found = {}
+def point_files(out_dir: Path) -> list[Path]:
     folder = points_dir(out_dir)
-    if folder.is_dir():
-        for path in sorted(folder.glob("*.json")):
-            try:
-                rec = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            if isinstance(rec, dict) and rec.get("point_id") == path.stem:
-                found[path.stem] = rec
+    return sorted(folder.glob("*.json")) if folder.is_dir() else []
+
+
+def load_records(out_dir: Path) -> dict[str, dict]:
+    """Finished records by point id.
+
+    A point file is only ever written whole (atomically), so one that cannot be read, is
+    not JSON, or lacks a key or has a wrong type was edited or comes from elsewhere: it is
+    a ConfigError naming the file (delete it to rerun its point), never silently reused
+    or recomputed.
+    """
+    found = {}
+    for path in point_files(out_dir):
+        try:
+            rec = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            _bad_record(path, "<file>", f"cannot read it ({getattr(exc, 'strerror', None) or exc})")
+        except ValueError as exc:
+            _bad_record(path, "<json>", f"not valid JSON ({exc})")
+        check_record(path, rec)
+        found[path.stem] = rec
     return found
+
+
+_RECORD_KEYS = ("point_id", "values", "status", "error", "summary")
+_STATUSES = ("ok", "invalid", "error")
+
+
+def _bad_record(path: Path, key: str, what: str):
+    raise ConfigError(str(path), key, f"{what}; a point file holds {', '.join(_RECORD_KEYS)}: "
+                      "delete it to rerun its point")
+
+
+def check_record(path: Path, rec) -> None:
+    """The keys and types :func:`results_rows` and whatif.html rely on."""
+    if not isinstance(rec, dict):
+        _bad_record(path, "<top>", "expected a JSON object")
+    for key in _RECORD_KEYS:
+        if key not in rec:
+            _bad_record(path, key, "required key is missing")
+    if rec["point_id"] != path.stem:
+        _bad_record(path, "point_id", f"{rec['point_id']!r} is not the file's name {path.stem!r}")
+    if not isinstance(rec["values"], dict):
+        _bad_record(path, "values", "expected an object of grid key -> value")
+    if rec["status"] not in _STATUSES:
+        _bad_record(path, "status", f"got {rec['status']!r}, expected one of {', '.join(_STATUSES)}")
+    if rec["error"] is not None and not isinstance(rec["error"], str):
+        _bad_record(path, "error", f"expected text or null, got {type(rec['error']).__name__}")
+    summary = rec["summary"]
+    if rec["status"] == "ok" and not isinstance(summary, dict):
+        _bad_record(path, "summary", "an ok point needs its summary object")
+    if summary is not None and not isinstance(summary, dict):
+        _bad_record(path, "summary", f"expected an object or null, got {type(summary).__name__}")
 
 
 def _cell(v) -> str:
@@ -118,6 +161,7 @@ class SweepStats:
     num_reused: int  # finished earlier, taken from DIR/points (--resume)
     num_invalid: int
     num_errors: int  # crashed (this run or reused)
+    records: dict = field(default_factory=dict, compare=False, repr=False)  # point id -> record
 
 
 def run_sweep(plan: SweepPlan, out_dir: Path, executor, *, resume: bool = False,
@@ -159,4 +203,5 @@ def run_sweep(plan: SweepPlan, out_dir: Path, executor, *, resume: bool = False,
 
     write_atomic(out_dir / "whatif.html", render_whatif(plan, records))
     statuses = [records[p.point_id]["status"] for p in plan.points]
-    return SweepStats(len(plan.points), computed, reused, statuses.count("invalid"), statuses.count("error"))
+    return SweepStats(len(plan.points), computed, reused, statuses.count("invalid"), statuses.count("error"),
+                      records)

@@ -129,12 +129,14 @@ def test_cli_sweep_writes_files_and_refuses_to_overwrite_without_resume(scenario
     out = tmp_path / "sw"
     argv = ["sweep", scenario, "--grid", "kv.block_size=16,32", "--out", str(out), "--workers", "2"]
     assert main(argv) == 0
-    assert "2 points: computed 2, reused 0" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "points       2: ok 2, invalid 0, error 0 (computed now 2, reused 0)" in printed
+    assert "the best 2 of 2 points by goodput" in printed and f"{out}/ (results.csv" in printed
     assert len(rows((out / "results.csv").read_text())) == 2 and (out / "whatif.html").is_file()
     assert main(argv) == 2
     assert "pass --resume" in capsys.readouterr().err
     assert main(argv + ["--resume"]) == 0
-    assert "computed 0, reused 2" in capsys.readouterr().out
+    assert "computed now 0, reused 2" in capsys.readouterr().out
 
 
 def test_results_csv_columns_follow_the_summary_generically(scenario):
@@ -149,11 +151,15 @@ def test_results_csv_columns_follow_the_summary_generically(scenario):
     assert flatten({"a": {"b": {"c": 1}}}) == {"a.b.c": 1}
 
 
-def test_unreadable_point_files_are_ignored(tmp_path):
+def test_malformed_point_files_are_config_errors_naming_the_file(tmp_path):
     points_dir(tmp_path).mkdir(parents=True)
-    (points_dir(tmp_path) / "abc.json").write_text("{half")
-    (points_dir(tmp_path) / "def.json").write_text('{"point_id": "other"}')
-    assert load_records(tmp_path) == {}
+    bad = points_dir(tmp_path) / "abc.json"
+    bad.write_text("{half")
+    with pytest.raises(ConfigError, match="abc.json: <json>: not valid JSON"):
+        load_records(tmp_path)
+    bad.write_text('{"point_id": "other"}')
+    with pytest.raises(ConfigError, match="abc.json: values: required key is missing"):
+        load_records(tmp_path)
 
 
 def test_ray_address_needs_the_ray_executor(scenario, tmp_path, capsys):

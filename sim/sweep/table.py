@@ -1,0 +1,78 @@
+"""Terminal output at the end of ``sim sweep``: the best few points by a key metric in a
+table (the style of ``sim run``'s, sim/outputs/table.py), then how many points ran, failed
+or were reused, and where the files are."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from sim.sweep.grid import SweepPlan
+from sim.sweep.runner import SweepStats, results_rows
+
+#: Ranking metrics, the first present in the ok points wins (all: higher is better).
+RANK_BY = (("goodput_requests_per_s", "goodput (req/s)"), ("throughput.requests_per_s", "throughput (req/s)"))
+#: Columns shown for each best point: (results.csv column, header, scale).
+SHOWN = (("goodput_requests_per_s", "goodput req/s", 1.0), ("throughput.requests_per_s", "req/s", 1.0),
+         ("ttft_s.p99", "TTFT p99 ms", 1e3), ("e2e_s.p90", "E2E p90 ms", 1e3))
+
+
+def _number(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _fmt(v, scale) -> str:
+    v = _number(v)
+    if v is None:
+        return "-"
+    return f"{v:.1%}" if scale is None else f"{v * scale:,.2f}"
+
+
+def _label(v) -> str:
+    return "true" if v is True else "false" if v is False else str(v)
+
+
+def best_points(plan: SweepPlan, stats: SweepStats, top: int = 3) -> tuple[str | None, str, list[dict]]:
+    """(metric, its label, the ``top`` ok rows with the highest metric, in grid order on ties)."""
+    _, rows = results_rows(plan, stats.records)
+    ok = [r for r in rows if r["status"] == "ok"]
+    for metric, label in RANK_BY:
+        ranked = [r for r in ok if _number(r.get(metric)) is not None]
+        if ranked:
+            return metric, label, sorted(ranked, key=lambda r: -_number(r[metric]))[:top]
+    return None, "", []
+
+
+def print_sweep_summary(plan: SweepPlan, stats: SweepStats, out_dir: Path, top: int = 3) -> None:
+    console = Console()
+    if not console.is_terminal:  # a pipe or a file: no need to squeeze into 80 columns
+        console = Console(width=max(console.width, 160))
+    metric, label, best = best_points(plan, stats, top)
+    if best:
+        t = Table(title=f"sweep: the best {len(best)} of {stats.num_points} points by {label}",
+                  show_header=True, header_style="bold")
+        for key in plan.keys:  # the key's last part: the full names are in results.csv
+            t.add_column(key.rsplit(".", 1)[-1], no_wrap=True)
+        shown = [s for s in SHOWN if any(s[0] in r for r in best)]
+        for _, header, _ in shown:
+            t.add_column(header, justify="right", no_wrap=True)
+        for row in best:
+            t.add_row(*(_label(row[k]) for k in plan.keys), *(_fmt(row.get(c), scale) for c, _, scale in shown))
+        console.print(t)
+    ok = stats.num_points - stats.num_invalid - stats.num_errors
+    lines = [
+        f"points       {stats.num_points}: ok {ok}, invalid {stats.num_invalid}, error {stats.num_errors} "
+        f"(computed now {stats.num_computed}, reused {stats.num_reused})",
+        f"wrote        {out_dir}/ (results.csv, whatif.html, points/: one file per point)",
+    ]
+    if not best:
+        lines.insert(1, "best         no point finished ok: see the error column of results.csv")
+    records = [stats.records[p.point_id] for p in plan.points if p.point_id in stats.records]
+    failed = [r for r in records if r.get("status") != "ok" and r.get("error")]
+    if failed:
+        first = str(failed[0]["error"]).splitlines()[0]
+        lines.insert(1, f"failed       e.g. {', '.join(f'{k}={_label(v)}' for k, v in failed[0]['values'].items())}: {first}")
+    for line in lines:
+        console.print(line, highlight=False, soft_wrap=True)
