@@ -3,13 +3,18 @@
 The sweep (microbench.suites) runs each case with a rich progress bar, timing it as
 microbench.timing describes; every timing becomes one JSONL record (microbench.records).
 Then microbench.fit turns the records into a measured calibration whose provenance says
-which device, software and command produced it.
+which device, software and command produced it. Everything is checked before the first
+timing (torch, the device, the models, ``--out``), and each record is appended to the JSONL
+as it is measured, so an interrupted or failed run keeps its measurements.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
+import sys
+import tempfile
 import platform
 import re
 import shlex
@@ -17,6 +22,9 @@ import subprocess
 from pathlib import Path
 
 from microbench.cases import input_bytes, make_fns, release_models
+from sim.errors import ConfigError
+from microbench.checks import (MEASURED_DIR, check_device, check_fitted, check_output, import_torch,
+                              warn_absurd_fits)
 from microbench.suites import DEFAULT_MODELS, cases
 from microbench.timing import (cpu_cache_bytes, rotation_copies, time_after_idle, time_cpu, time_cuda,
                                time_host_copy_cuda)
@@ -87,8 +95,9 @@ def _record(kernel: str, shape: dict, t) -> dict:
             "repeats": t.repeats, "source": "microbench"}
 
 
-def run_sweep(torch, device, todo: list[tuple[str, dict]], *, quick: bool, show_progress: bool = True) -> list[dict]:
-    """Time every (kernel, shape) of ``todo``; one record per case."""
+def run_sweep(torch, device, todo: list[tuple[str, dict]], *, quick: bool, show_progress: bool = True,
+              keep=None) -> list[dict]:
+    """Time every (kernel, shape) of ``todo``; one record per case, passed to ``keep`` as it is made."""
     from rich.console import Console  # noqa: PLC0415
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
 
@@ -115,25 +124,64 @@ def run_sweep(torch, device, todo: list[tuple[str, dict]], *, quick: bool, show_
                 t = time_cpu(fns, min_time_s=0.01 if quick else 0.05, min_repeats=5 if quick else 9,
                              warmup=1 if quick else 2)
             records.append(_record(kernel, shape, t))
+            if keep is not None:
+                keep(records[-1])
             del fns
             bar.advance(task)
     release_models()
     return records
 
 
+class _Keeper:
+    """Appends records to the JSONL as they are measured; if the file fails, keeps them for a spare file."""
+
+    def __init__(self, path: Path, device: dict) -> None:
+        self.path, self.records, self.failed = path, [], None
+        self.file = open(path, "w", encoding="utf-8")  # noqa: SIM115
+        self._write({"record": "device", **device})
+
+    def _write(self, rec: dict) -> None:
+        if self.failed is None:
+            try:
+                self.file.write(json.dumps(rec) + "\n")
+                self.file.flush()
+            except OSError as exc:
+                self.failed = exc
+
+    def __call__(self, rec: dict) -> None:
+        self.records.append(rec)
+        self._write(rec)
+
+    def close(self, device: dict) -> Path:
+        """The JSONL holding every record: ``path``, or a spare file in the temp folder if ``path`` failed."""
+        try:
+            self.file.close()
+        except OSError as exc:
+            self.failed = self.failed or exc
+        if self.failed is None:
+            return self.path
+        from microbench.records import write_jsonl  # noqa: PLC0415
+
+        fd, spare = tempfile.mkstemp(prefix=f"microbench-{self.path.stem}-", suffix=".jsonl")
+        os.close(fd)
+        write_jsonl(spare, self.records, device)
+        return Path(spare)
+
+
 def calibrate(argv: list[str], *, device_arg: str, models: list[str] | None, quick: bool,
-              out: str | None, threads: int | None = None, show_progress: bool = True, log=print) -> Path:
-    """Measure, write ``<out>.jsonl`` and ``<out>.yaml`` (default calibrations/<device>.yaml)."""
-    import torch  # noqa: PLC0415
+              out: str | None, threads: int | None = None, show_progress: bool = True, log=print,
+              device_flag: str = "--device") -> Path:
+    """Check, measure (appending to ``<out>.jsonl``), fit, write ``<out>.yaml``
+    (default calibrations-measured/<device>.yaml)."""
+    torch = import_torch()
     import yaml  # noqa: PLC0415
 
     from microbench.compose import describe_composition  # noqa: PLC0415
     from microbench.fit import describe, fit  # noqa: PLC0415
-    from microbench.records import write_jsonl  # noqa: PLC0415
     from sim.calib.calibration import calibration_to_dict  # noqa: PLC0415
     from sim.model.hf_config import load_model  # noqa: PLC0415
 
-    device = torch.device(device_arg)
+    device = check_device(torch, device_arg, device_flag)
     if threads is not None:
         torch.set_num_threads(threads)
     if device.type == "cuda":
@@ -143,21 +191,45 @@ def calibrate(argv: list[str], *, device_arg: str, models: list[str] | None, qui
     dev = device_record(torch, device, argv)
     dev["provenance"]["models"] = ", ".join(names)
     todo = cases(specs, device.type, quick)
+    yaml_path = Path(out) if out else Path(MEASURED_DIR) / f"{dev['name']}{'-quick' if quick else ''}.yaml"
+    check_output(yaml_path, "--out", also=(".jsonl",))
     log(f"{dev['gpu_name']}: {len(todo)} measurements on {', '.join(names)} shapes"
         f"{' (quick)' if quick else ''}")
-    records = run_sweep(torch, device, todo, quick=quick, show_progress=show_progress)
-    yaml_path = Path(out) if out else Path("calibrations") / f"{dev['name']}{'-quick' if quick else ''}.yaml"
-    yaml_path.parent.mkdir(parents=True, exist_ok=True)
-    jsonl_path = yaml_path.with_suffix(".jsonl")
-    write_jsonl(jsonl_path, records, dev)
+    try:
+        keeper = _Keeper(yaml_path.with_suffix(".jsonl"), dev)
+    except (OSError, ValueError) as exc:
+        raise ConfigError("<cli>", "--out", f"cannot write {yaml_path.with_suffix('.jsonl')}: {exc}") from None
+    try:
+        records = run_sweep(torch, device, todo, quick=quick, show_progress=show_progress, keep=keeper)
+    except BaseException:
+        print(f"measurement stopped: the {len(keeper.records)} timings so far are in "
+              f"{keeper.close(dev)}", file=sys.stderr)
+        raise
+    jsonl_path = keeper.close(dev)
+    refit = f"microbench fit {jsonl_path} -o {yaml_path}"
+    if keeper.failed is not None:
+        raise ConfigError("<cli>", "--out", f"writing {keeper.path} failed ({keeper.failed}); the measurements "
+                          f"are kept in {jsonl_path} (fit them: {refit})")
     dev["provenance"]["measurements"] = jsonl_path.name
-    cal = fit(records, device=dev, name=yaml_path.stem)
+    try:
+        cal = fit(records, device=dev, name=yaml_path.stem)
+    except ConfigError as exc:
+        raise ConfigError(str(jsonl_path), exc.key, f"{exc.message} (the measurements are kept; {refit})") from None
+    except Exception:
+        print(f"the fit failed; the measurements are kept in {jsonl_path} ({refit})", file=sys.stderr)
+        raise
+    check_fitted(cal, measurements=str(jsonl_path))
     for f in cal.kernels.values():
         log("  " + describe(f))
     if cal.composition is not None:
         log("  " + describe_composition(cal.composition))
     header = (f"# kvsim calibration, schema 2, measured by microbench on {dev['gpu_name']}.\n"
               f"# Raw timings: {jsonl_path.name} (refit: microbench fit {jsonl_path.name} -o {yaml_path.name}).\n")
-    yaml_path.write_text(header + yaml.safe_dump(calibration_to_dict(cal), sort_keys=False, width=120))
+    try:
+        yaml_path.write_text(header + yaml.safe_dump(calibration_to_dict(cal), sort_keys=False, width=120))
+    except OSError as exc:
+        raise ConfigError("<cli>", "--out", f"cannot write {yaml_path}: {exc.strerror or exc} (the measurements "
+                          f"are kept in {jsonl_path}; fit them: microbench fit {jsonl_path} -o OTHER.yaml)") from None
+    warn_absurd_fits(cal, yaml_path)
     log(f"wrote {yaml_path} and {jsonl_path}")
     return yaml_path

@@ -1,11 +1,12 @@
 """``microbench``: measure kernels on this machine and fit a calibration. Thin: parse, run, write.
 
-    microbench calibrate --gpu 0 [--model NAME ...] [--quick] [--out calibrations/NAME.yaml]
+    microbench calibrate --gpu 0 [--model NAME ...] [--quick] [--out calibrations-measured/NAME.yaml]
     microbench calibrate --device cpu [--quick]
     microbench fit MEASUREMENTS.jsonl -o CAL.yaml [--base NAME_OR_YAML] [--name NAME]
     microbench predict CAL.yaml --kernel gemm --m 256 --n 4096 --k 4096 [--dtype bf16]
 
-Bad input prints one line ``error: <file>: <key>: <message>`` and exits 2.
+Bad input prints one line ``error: <file>: <key>: <message>`` and exits 2, argparse's errors
+too, and calibrate checks every flag, torch, the device and ``--out`` before timing anything.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from microbench.checks import (MEASURED_DIR, OneLineParser, check_calibrate_flags, check_fitted, check_output,
+                               warn_absurd_fits)
 from sim.errors import ConfigError, cli_exit_code
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="microbench", allow_abbrev=False, description="Time kvsim's kernels and fit calibrations/<gpu>.yaml.")
+    parser = OneLineParser(prog="microbench", allow_abbrev=False,
+                           description=f"Time kvsim's kernels and fit {MEASURED_DIR}/<gpu>.yaml.")
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("calibrate", help="measure the kernels on a device, keep the JSONL, fit a calibration")
     where = c.add_mutually_exclusive_group(required=True)
@@ -26,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--model", action="append", default=None, metavar="NAME",
                    help="model whose shapes to measure (repeatable; default llama-3-8b on CUDA, qwen2.5-1.5b on CPU)")
     c.add_argument("--quick", action="store_true", help="a small sweep (CI; about a minute on a GPU)")
-    c.add_argument("--out", help="calibration YAML to write (default calibrations/<device>.yaml); the JSONL goes next to it")
+    c.add_argument("--out", help=f"calibration YAML to write (default {MEASURED_DIR}/<device>.yaml); the raw "
+                   "timings (JSONL) go next to it, written as they are measured")
     c.add_argument("--threads", type=int, help="CPU: torch threads (default: torch's default; 1 is steadier on a shared machine)")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
     f = sub.add_parser("fit", help="fit a calibration from JSONL measurements")
@@ -40,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="shape fields: see sim/calib/kernel_models.py, e.g. gemm: --m --n --k [--dtype]")
     p.add_argument("calibration", help="calibration name or YAML")
     p.add_argument("--kernel", required=True)
+    p.add_argument("--dtype", help="dtype of the kernels that take one (default bf16)")
     return parser
 
 
@@ -67,17 +73,23 @@ def _predict(args, rest: list[str]) -> int:
     from sim.calib.calibration import load_calibration  # noqa: PLC0415
     from sim.calib.kernel_models import KERNELS  # noqa: PLC0415
 
+    from microbench.records import check_field  # noqa: PLC0415
+
     cal = load_calibration(args.calibration, key="calibration")
     spec = KERNELS.get(args.kernel)
     if spec is None:
         raise ConfigError("<cli>", "--kernel", f"unknown kernel {args.kernel!r}; allowed: {', '.join(KERNELS)}")
-    shape = {"dtype": "bf16", **_parse_shape(rest)} if "dtype" in spec.fields else _parse_shape(rest)
+    shape = _parse_shape(rest)
+    if args.dtype is not None or "dtype" in spec.fields:
+        shape["dtype"] = args.dtype or "bf16"
     missing = [f for f in spec.fields if f not in shape]
     unknown = [f for f in shape if f not in spec.fields]
     if missing or unknown:
         raise ConfigError("<cli>", "shape", f"{args.kernel} takes --{' --'.join(spec.fields)}"
                           f"{'; missing ' + ', '.join(missing) if missing else ''}"
                           f"{'; unknown ' + ', '.join(unknown) if unknown else ''}")
+    for name in spec.fields:
+        check_field(name, shape[name], file="<cli>", key=f"--{name.replace('_', '-')}")
     seconds = cal.predict(args.kernel, **shape)
     how = "fitted" if args.kernel in cal.kernels else f"{cal.source} roofline"
     print(f"{seconds:.6g} s  ({seconds * 1e6:,.1f} us; {args.kernel} on {cal.name}, {how})")
@@ -93,43 +105,56 @@ def _fit(args) -> int:
     from sim.calib.calibration import calibration_to_dict, load_calibration  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415
 
+    if args.folds < 2:
+        raise ConfigError("<cli>", "--folds", f"expected at least 2 cross-validation folds, got {args.folds}")
+    out = Path(args.out)
+    check_output(out, "--out")
     records, device = read_jsonl(args.measurements)
     base = load_calibration(args.base, key="--base") if args.base else None
-    out = Path(args.out)
     if device is not None:
         device.setdefault("provenance", {})["measurements"] = Path(args.measurements).name
-    cal = fit(records, device=device, base=base, name=args.name or out.stem, folds=args.folds,
-              grid=not args.no_grid)
+    try:
+        cal = fit(records, device=device, base=base, name=args.name or out.stem, folds=args.folds,
+                  grid=not args.no_grid)
+    except ConfigError as exc:  # the fit names "<measurements>": name the file
+        raise ConfigError(args.measurements, exc.key, exc.message) from None
+    check_fitted(cal, measurements=args.measurements)
     for f in cal.kernels.values():
         print("  " + describe(f))
     if cal.composition is not None:
         print("  " + describe_composition(cal.composition))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(f"# kvsim calibration, schema 2, fitted by microbench fit from {Path(args.measurements).name}.\n"
-                   + yaml.safe_dump(calibration_to_dict(cal), sort_keys=False, width=120))
+    try:
+        out.write_text(f"# kvsim calibration, schema 2, fitted by microbench fit from {Path(args.measurements).name}.\n"
+                       + yaml.safe_dump(calibration_to_dict(cal), sort_keys=False, width=120))
+    except OSError as exc:
+        raise ConfigError("<cli>", "--out", f"cannot write {out}: {exc.strerror or exc}") from None
+    warn_absurd_fits(cal, out)
     print(f"wrote {out}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return cli_exit_code(lambda: _dispatch(argv))
+
+
+def _dispatch(argv: list[str]) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if rest and args.command != "predict":
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    return cli_exit_code(lambda: _dispatch(args, rest, argv))
-
-
-def _dispatch(args, rest: list[str], argv: list[str]) -> int:
+        raise ConfigError("<cli>", rest[0], f"unrecognized argument(s) {' '.join(rest)!r}"[:300]
+                          + f" (see microbench {args.command} --help)")
     if args.command == "predict":
         return _predict(args, rest)
     if args.command == "fit":
         return _fit(args)
+    check_calibrate_flags(args)
     from microbench.calibrate import calibrate  # noqa: PLC0415
 
     device = f"cuda:{args.gpu}" if args.gpu is not None else args.device
-    calibrate(argv, device_arg=device, models=args.model, quick=args.quick, out=args.out,
-              threads=args.threads, show_progress=not args.no_progress and sys.stderr.isatty())
+    calibrate(argv, device_arg=device, device_flag="--gpu" if args.gpu is not None else "--device",
+              models=args.model, quick=args.quick, out=args.out, threads=args.threads,
+              show_progress=not args.no_progress and sys.stderr.isatty())
     return 0
 
 

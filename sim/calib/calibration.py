@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.calib.composition import Composition, composition_from_dict
-from sim.errors import ConfigError
+from sim.errors import ConfigError, read_yaml_file
 from sim.calib.kernel_models import KernelFit, features, kernel_fit_from_dict, roofline_s
 
 SCHEMA_VERSION = 2
@@ -135,6 +135,18 @@ _EFFICIENCY_KEYS: dict[str, tuple[str, str]] = {
     "eff_max": ("float", "fraction"),
     "m_half_tokens": ("float", "non-negative"),
 }
+#: key -> (floor, ceiling): a calibration outside them is a typo, and would size a KV pool
+#: of billions of blocks or time steps as zero or infinite seconds (README: "Ceilings").
+CALIBRATION_LIMITS: dict[str, tuple[float, float]] = {
+    "schema": (1, 1000),
+    "memory_bytes": (1 << 20, 1 << 42),  # 1 MiB to 4 TiB of device memory
+    "hbm_bandwidth_bytes_per_s": (1e6, 1e15),  # 1 MB/s to 1 PB/s
+    "peak_flops": (1e6, 1e18),  # 1 MFLOP/s to 1 EFLOP/s
+    "pcie_bandwidth_bytes_per_s": (1e6, 1e14),
+    "kernel_launch_s": (0.0, 1.0),
+    "step_overhead_s": (0.0, 10.0),
+    "compute_efficiency.m_half_tokens": (0.0, 1e6),
+}
 _FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 
@@ -145,8 +157,10 @@ def _check(value: Any, kind: str, rule: str, file: str, key: str) -> Any:
         return value
     if isinstance(value, str) and _FLOAT_RE.match(value.strip()):
         value = float(value)  # YAML 1.1 reads 1e12 (no dot, no sign) as a string
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
+        raise ConfigError(file, key, "a number far too large; see the allowed ranges in README.md")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(file, key, f"expected a number, got {value!r}")
+        raise ConfigError(file, key, f"expected a number, got {value!r}; allowed: finite numbers")
     if kind == "int":
         if not float(value).is_integer():
             raise ConfigError(file, key, f"expected an integer, got {value!r}")
@@ -159,6 +173,10 @@ def _check(value: Any, kind: str, rule: str, file: str, key: str) -> Any:
         raise ConfigError(file, key, f"must be >= 0, got {value}")
     if rule == "fraction" and not 0 < value <= 1:
         raise ConfigError(file, key, f"must be in (0, 1], got {value}")
+    if key in CALIBRATION_LIMITS:
+        lo, hi = CALIBRATION_LIMITS[key]
+        if not lo <= value <= hi:
+            raise ConfigError(file, key, f"{value:g} is outside the allowed range {lo:g} to {hi:g}")
     return value
 
 
@@ -195,7 +213,11 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
     prov = data.get("provenance") or {}
     if not isinstance(prov, dict):
         raise ConfigError(file, "provenance", "expected a mapping of key: text")
-    provenance = {str(k): _check(str(val), "str", "", file, f"provenance.{k}") for k, val in prov.items()}
+    provenance = {str(k): _check(str(val), "str", "", file, f"provenance.{k}") for k, val in prov.items()
+                  if not isinstance(val, (dict, list))}
+    nested = next((k for k, val in prov.items() if isinstance(val, (dict, list))), None)
+    if nested is not None:
+        raise ConfigError(file, f"provenance.{nested}", "expected text, got a mapping or a list")
     kernels = data.get("kernels") or {}
     if not isinstance(kernels, dict):
         raise ConfigError(file, "kernels", "expected a mapping of kernel name -> fitted model")
@@ -212,16 +234,24 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
     )
 
 
-def calibration_dirs() -> list[Path]:
-    """Where names are looked up, in order: ./calibrations, then the repository's calibrations/."""
-    import sim  # noqa: PLC0415
+def shipped_calibrations_dir() -> Path:
+    """The shipped calibrations: an installed wheel's ``sim/calib/shipped/`` (pyproject.toml maps
+    the repository's calibrations/ there), else, in a source checkout or an editable install,
+    the repository's top-level calibrations/."""
+    here = Path(__file__).resolve().parent
+    wheel = here / "shipped"
+    return wheel if wheel.is_dir() else here.parent.parent / "calibrations"
 
-    return [Path.cwd() / "calibrations", Path(sim.__file__).resolve().parent.parent / "calibrations"]
+
+def calibration_dirs() -> list[Path]:
+    """Where names are looked up, in order: ./calibrations, then the shipped ones."""
+    dirs = [Path.cwd() / "calibrations", shipped_calibrations_dir()]
+    return dirs if dirs[0].resolve() != dirs[1].resolve() else dirs[:1]
 
 
 def available_calibrations() -> list[str]:
     """Names (file stems) of the calibrations found in ``calibration_dirs()``, sorted, unique."""
-    return sorted({p.stem for d in calibration_dirs() if d.is_dir() for p in d.glob("*.yaml")})
+    return sorted({p.stem for d in calibration_dirs() if d.is_dir() for p in d.glob("*.yaml") if p.is_file()})
 
 
 def calibration_file(name_or_path: str) -> Path | None:
@@ -238,16 +268,12 @@ def load_calibration(name_or_path: str, *, source: str = "<cli>", key: str = "gp
     Raises ConfigError(source, key, ...) when nothing matches; errors inside the file
     name the file and the key path.
     """
-    import yaml  # noqa: PLC0415
-
     path = calibration_file(name_or_path)
     if path is None:
+        names = ", ".join(available_calibrations()) or f"(none in {' or '.join(map(str, calibration_dirs()))})"
         raise ConfigError(source, key, f"unknown GPU calibration {name_or_path!r}; use one of: "
-                          f"{', '.join(available_calibrations())} or a path to a calibration YAML")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(str(path), "<root>", f"cannot read calibration: {exc}".replace("\n", " ")) from None
+                          f"{names} or a path to a calibration YAML")
+    data = read_yaml_file(path)  # bounded and safe: sim.errors
     return calibration_from_dict(data, file=str(path))
 
 

@@ -172,7 +172,7 @@ def test_cost_model_applies_the_composition() -> None:
     expected = 2.0 * other + 0.5 * parts["decode_attention"] + 3.0 * parts["prefill_attention"]
     cm2 = build_cost_model(model, dataclasses.replace(cal, composition=comp2))
     assert cm2.step_time_s(mixed) == pytest.approx(expected, rel=1e-12)
-    empty = dataclasses.replace(args, num_seqs=0, num_decode_tokens=0, decode_kv_tokens=0)
+    empty = args._replace(num_seqs=0, num_decode_tokens=0, decode_kv_tokens=0)
     assert corrected.step_time_s(empty) == 0.0  # no tokens, no step
 
 
