@@ -1,13 +1,12 @@
 """Checks of microbench's input, all made before any timing starts, and the absurd-fit warning.
 
 Every bad flag or file ends in one ConfigError line (``error: <cli>: --flag: ...``, exit 2):
-argparse's own errors too (OneLineParser). ``--out`` is probed for writing before the minutes
+argparse's own errors too (sim.errors.OneLineParser). ``--out`` is probed for writing before the minutes
 of measuring, so that the measurements are never lost to an unusable path.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import sys
@@ -19,15 +18,6 @@ from sim.errors import ConfigError
 DEVICE_RE = re.compile(r"(cpu|cuda)(:\d+)?")
 ABSURD_CV_MAPE = 0.5  # a cross-validated error above this: the timings are noise, not a kernel's cost
 MEASURED_DIR = "calibrations-measured"  # calibrate's default output folder (not the tracked calibrations/)
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose errors are one ConfigError line instead of a usage dump and exit 2."""
-
-    def error(self, message: str):  # noqa: D102
-        m = re.match(r"argument ([^:]+): (.*)", message, re.S)
-        key, text = (m.group(1), m.group(2)) if m else ("arguments", message)
-        raise ConfigError("<cli>", key, f"{' '.join(text.split())} (see {self.prog} --help)")
 
 
 def check_calibrate_flags(args) -> None:

@@ -14,9 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from microbench.checks import (MEASURED_DIR, OneLineParser, check_calibrate_flags, check_fitted, check_output,
-                               warn_absurd_fits)
-from sim.errors import ConfigError, cli_exit_code
+from microbench.checks import MEASURED_DIR, check_calibrate_flags, check_fitted, check_output, warn_absurd_fits
+from sim.errors import ConfigError, OneLineParser, cli_exit_code
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
+import os
+import re
 import sys
 from typing import Any, Callable
 
@@ -23,15 +26,32 @@ class ConfigError(Exception):
 
 def cli_exit_code(command: Callable[[], int]) -> int:
     """Run one CLI command: bad input ends in one ``error: ...`` line on stderr and status
-    2, Ctrl-C in status 130; never a traceback for either."""
+    2, Ctrl-C in status 130; a reader that stops reading (``sim kv --json | head``) ends it
+    quietly; never a traceback for any of them."""
     try:
         return command()
+    except BrokenPipeError:
+        # Python would complain again when it flushes stdout at exit: point stdout at nothing.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # stdout is not a file (io.UnsupportedOperation is both)
+            pass
+        return 141  # as a shell reports a command ended by SIGPIPE
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one ConfigError line instead of a usage dump and exit 2."""
+
+    def error(self, message: str):  # noqa: D102
+        m = re.match(r"argument ([^:]+): (.*)", message, re.S)
+        key, text = (m.group(1), m.group(2)) if m else ("arguments", message)
+        raise ConfigError("<cli>", key, f"{' '.join(text.split())} (see {self.prog} --help)")
 
 
 # ------------------------------------------------------------------ bounded, safe reading

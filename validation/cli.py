@@ -29,6 +29,47 @@ def _check(sc) -> None:
         raise ConfigError(src, "engine.weight_dtype", "sim validate runs fp16 or bf16 weights")
 
 
+def _available_bytes(device) -> int | None:
+    """Memory the real engine can take on ``device`` now (None when unknown)."""
+    if device.type == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _check_real_engine(sc, device) -> None:
+    """The real engine runs dense Llama-style models and must fit in the device's memory:
+    refuse, in one line, what would crash or exhaust the machine minutes later."""
+    from sim.engine.parts import build_plan
+    from sim.model.spec import kv_bytes_per_token, weight_bytes
+
+    model, _, plan = build_plan(sc)
+    if model.is_mla or model.is_moe:
+        kind = "MLA" if model.is_mla else "mixture-of-experts"
+        raise ConfigError(sc.source_path, "model", f"sim validate's real engine runs dense Llama-style "
+                          f"models; {model.name} is {kind}: validate with a dense model of similar shapes")
+    weights = weight_bytes(model, 2)
+    kv = plan.num_gpu_blocks * plan.block_size * kv_bytes_per_token(model, "bf16")
+    free = _available_bytes(device)
+    # random weights are drawn in fp32 and cast, layer by layer: half again as much at the peak
+    if free is not None and 1.5 * weights + kv > 0.8 * free:
+        gib = 2**30
+        key = "model" if 1.5 * weights > 0.8 * free else "engine.num_gpu_blocks_override"
+        raise ConfigError(sc.source_path, key, (
+            f"the real engine needs about {(1.5 * weights + kv) / gib:.1f} GiB on {device} (weights "
+            f"{weights / gib:.1f} GiB and half again while they are drawn, KV pool {kv / gib:.1f} GiB of "
+            f"{plan.num_gpu_blocks} blocks), more than 80% of the {free / gib:.1f} GiB available; use a "
+            "smaller model or set engine.num_gpu_blocks_override"))
+
+
 def _device(name: str):
     import torch
 
@@ -75,6 +116,7 @@ def run_validate(args) -> int:
     out_dir = Path(args.out) if args.out else Path("runs") / f"{safe_name(sc.name)}-validate"
     stale = prepare_out_dir(out_dir, VALIDATE_FILES, force=getattr(args, "force", False))
     device = _device(args.device)
+    _check_real_engine(sc, device)  # before any model is built
     threads = _match_threads(sc, device)
     t0 = time.perf_counter()
     sim_result = runner.simulate(sc)  # also checks the plan before any model is built

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from sim.errors import cli_exit_code
+from sim.errors import OneLineParser, cli_exit_code
 
 
 def _add_run_parser(sub) -> None:
@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     from sim.cli.sweep import add_compare_parser, add_sweep_parser
     from sim.cli.validate import add_validate_parser
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(  # an argparse error is one `error:` line too, not a usage dump
         prog="sim", description="kvsim: what will my LLM server do with its GPU memory?")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run_parser(sub)
@@ -97,8 +97,7 @@ def _dispatch(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return cli_exit_code(lambda: _dispatch(args))
+    return cli_exit_code(lambda: _dispatch(build_parser().parse_args(argv)))
 
 
 if __name__ == "__main__":  # pragma: no cover

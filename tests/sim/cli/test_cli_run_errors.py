@@ -145,3 +145,16 @@ def test_set_overrides_are_applied(tmp_path, capsys) -> None:
     path = write(tmp_path, GOOD)
     line = run_file(capsys, tmp_path, path, "engine.max_model_len=20")
     assert line.startswith(f"error: {path}: workload.prompt_tokens")
+
+
+def test_a_closed_pipe_ends_the_command_quietly():
+    """``sim kv --json | head -c 10``: the reader went away; no traceback, the shell's SIGPIPE status."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom sim.errors import cli_exit_code\n"
+            "def command():\n    print('x' * 100)\n    raise BrokenPipeError(32, 'Broken pipe')\n"
+            "sys.exit(cli_exit_code(command))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 141
+    assert proc.stderr == ""

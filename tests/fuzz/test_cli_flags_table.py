@@ -1,0 +1,115 @@
+"""Every entry point and flag, given bad input: exit 2, exactly one stderr line that starts with
+``error:`` and names the flag or key, no traceback, and nothing run.
+
+The table covers the command lines themselves (argparse errors included); scenario, trace,
+calibration and measurement contents have their own tables and fuzz tests beside this one.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import microbench.cli
+import sim.cli.main
+from sim.engine import simulation
+
+SCENARIO = "scenarios/chatbot.yaml"
+VALIDATE = "scenarios/validate-cpu.yaml"
+
+# (argv, text the error line must contain)
+SIM_CASES = [
+    ([], "command"),
+    (["bogus"], "invalid choice: 'bogus'"),
+    (["run"], "scenario"),
+    (["run", SCENARIO, "--bogus"], "--bogus"),
+    (["run", SCENARIO, "--set"], "--set"),
+    (["run", SCENARIO, "--set", "kv.block_size"], "kv.block_size"),
+    (["run", SCENARIO, "--set", "kv.block_size=0"], "kv.block_size"),
+    (["run", SCENARIO, "--set", "kv.nonsense=1"], "kv.nonsense"),
+    (["run", SCENARIO, "--set", "engine.max_model_len=abc"], "engine.max_model_len"),
+    (["run", "no/such/scenario.yaml"], "no/such/scenario.yaml"),
+    (["run", SCENARIO, "--out", "README.md"], "--out"),
+    (["kv"], "--model"),
+    (["kv", "--model", "no-such-model"], "no-such-model"),
+    (["kv", "--model", "llama-3-8b", "--kv-dtype", "fp64"], "--kv-dtype"),
+    (["kv", "--model", "llama-3-8b", "--weight-dtype", "fp64"], "--weight-dtype"),
+    (["kv", "--model", "llama-3-8b", "--block-size", "0"], "--block-size"),
+    (["kv", "--model", "llama-3-8b", "--block-size", "abc"], "--block-size"),
+    (["kv", "--model", "llama-3-8b", "--gpu", "no-such-gpu"], "no-such-gpu"),
+    (["kv", "--model", "llama-3-8b", "--gpu", "a100-80gb", "--max-model-len", "-5"], "--max-model-len"),
+    (["kv", "--model", "llama-3-8b", "--gpu", "a100-80gb", "--gpu-memory-utilization", "2"],
+     "--gpu-memory-utilization"),
+    (["sweep", SCENARIO], "--grid"),
+    (["sweep", SCENARIO, "--grid", "kv.block_size"], "kv.block_size"),
+    (["sweep", SCENARIO, "--grid", "kv.block_size=8,8"], "kv.block_size"),
+    (["sweep", SCENARIO, "--grid", "kv.block_size=8,16", "--workers", "0"], "--workers"),
+    (["sweep", SCENARIO, "--grid", "kv.block_size=8,16", "--executor", "slurm"], "--executor"),
+    (["sweep", SCENARIO, "--grid", "kv.block_size=8,16", "--ray-address", "127.0.0.1:1"], "--ray-address"),
+    (["compare"], "DIR"),
+    (["compare", "no/such/run"], "no/such/run"),
+    (["validate"], "scenario"),
+    (["validate", VALIDATE, "--device", "tpu"], "--device"),
+    (["validate", VALIDATE, "--device", "cuda:0"], "--device"),
+    (["validate", VALIDATE, "--mode", "sideways"], "--mode"),
+    (["validate", VALIDATE, "--set", "kv.allocator=contiguous-static"], "kv.allocator"),
+    (["validate", VALIDATE, "--set", "model=deepseek-v2-lite", "--set", "gpu=a100-80gb"], "model"),
+    (["validate", VALIDATE, "--calibration", "no-such-gpu"], "no-such-gpu"),
+]
+
+MICROBENCH_CASES = [
+    ([], "command"),
+    (["calibrate"], "--gpu"),
+    (["calibrate", "--gpu", "0"], "--gpu"),
+    (["calibrate", "--device", "cuda"], "--device"),
+    (["calibrate", "--device", "tpu"], "--device"),
+    (["calibrate", "--device", "cpu", "--threads", "0"], "--threads"),
+    (["calibrate", "--device", "cpu", "--out", "/"], "--out"),
+    (["fit", "no/such.jsonl", "-o", "x.yaml"], "no/such.jsonl"),
+    (["predict", "a100-80gb", "--kernel", "gemm", "--m", "abc", "--n", "8", "--k", "8"], "--m"),
+    (["predict", "a100-80gb", "--kernel", "gemm", "--m", "1", "--n", "8", "--k", "8", "--dtype", "fp64"], "--dtype"),
+    (["predict", "a100-80gb", "--kernel", "flash", "--m", "1"], "flash"),
+]
+
+
+def _one_error_line(capsys, expected: str) -> str:
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert expected in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch):
+    """A bad flag must be refused before any simulation starts."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a simulation started")
+    monkeypatch.setattr(simulation.Simulation, "__init__", refuse)
+
+
+@pytest.mark.parametrize("argv,expected", SIM_CASES, ids=[" ".join(a) or "<none>" for a, _ in SIM_CASES])
+def test_sim_refuses_bad_flags_in_one_line(argv, expected, capsys, nothing_runs, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert sim.cli.main.main(argv) == 2
+    _one_error_line(capsys, expected)
+
+
+def test_validate_refuses_a_model_the_machine_cannot_hold(capsys, nothing_runs, monkeypatch):
+    import validation.cli
+
+    monkeypatch.setattr(validation.cli, "_available_bytes", lambda device: 1 << 20)
+    assert sim.cli.main.main(["validate", VALIDATE]) == 2
+    assert "GiB available" in _one_error_line(capsys, "model")
+
+
+@pytest.mark.parametrize("argv,expected", MICROBENCH_CASES,
+                         ids=[" ".join(a) or "<none>" for a, _ in MICROBENCH_CASES])
+def test_microbench_refuses_bad_flags_in_one_line(argv, expected, capsys, monkeypatch):
+    import microbench.calibrate
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("timing started")
+    monkeypatch.setattr(microbench.calibrate, "run_sweep", refuse)
+    assert microbench.cli.main(argv) == 2
+    _one_error_line(capsys, expected)
