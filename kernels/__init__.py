@@ -4,6 +4,8 @@ Public functions are imported lazily on first attribute access, so ``import kern
 does no work and does not import torch or triton. Each kernel lives in its own module,
 named apart from its function (``kernels.paged_decode.paged_attention_decode``) so that
 importing a submodule never shadows a re-exported function. See kernels/README.md.
+
+May import: torch and triton only; nothing else of kvsim.
 """
 
 from importlib import import_module

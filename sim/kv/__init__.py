@@ -1,4 +1,8 @@
-"""KV allocators behind one Protocol (``base.KVAllocator``), chosen by ``AllocatorKind``."""
+"""KV allocators behind one Protocol (``base.KVAllocator``), chosen by ``AllocatorKind``:
+contiguous and paged pools, prefix caching and its eviction, token budgets, swap space.
+
+May import: ``sim.request``, ``sim.errors``. Knows nothing of time, cost or scheduling.
+"""
 
 from __future__ import annotations
 

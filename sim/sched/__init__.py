@@ -1,5 +1,8 @@
 """Batching policies behind one interface (``base.SchedulerBase``), chosen by
-``BatchingPolicy``."""
+``BatchingPolicy``; preemption (recompute or swap) and victim policies.
+
+May import: ``sim.kv`` (through its allocator interface), ``sim.cost.shape``, ``sim.request``.
+"""
 
 from __future__ import annotations
 
