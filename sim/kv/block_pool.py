@@ -41,15 +41,30 @@ class BlockPool:
     def pop_free(self) -> int:
         """Take the front of the free queue for new content (evicting its cached hash)."""
         block = self._free.pop()
-        h = self.block_hash[block]
-        if h is not None:
-            self.num_cached_free -= 1
-            self.num_evictions += 1
-            if self._cached.get(h) == block:
-                del self._cached[h]
-            self.block_hash[block] = None
+        if self.block_hash[block] is not None:
+            self._evict(block)
         self.ref_cnt[block] = 1
         return block
+
+    def pop_free_many(self, count: int) -> list[int]:
+        """``count`` calls of ``pop_free``, in order (one call for a request's new blocks)."""
+        # Popping all first is the same: the queue's order does not depend on the hashes.
+        blocks = self._free.pop_many(count)
+        block_hash, ref_cnt = self.block_hash, self.ref_cnt
+        for block in blocks:
+            if block_hash[block] is not None:
+                self._evict(block)
+            ref_cnt[block] = 1
+        return blocks
+
+    def _evict(self, block: int) -> None:
+        """Drop a reused block's hash (it is leaving the free queue)."""
+        h = self.block_hash[block]
+        self.num_cached_free -= 1
+        self.num_evictions += 1
+        if self._cached.get(h) == block:
+            del self._cached[h]
+        self.block_hash[block] = None
 
     def get_cached(self, h: int) -> int | None:
         return self._cached.get(h)
@@ -71,13 +86,17 @@ class BlockPool:
 
     def release(self, blocks: list[int]) -> None:
         """Drop one reference from each block, in the order given (pass tail first)."""
+        ref_cnt, block_hash = self.ref_cnt, self.block_hash
+        freed = []  # (block, cached), pushed in the same order below
         for block in blocks:
-            self.ref_cnt[block] -= 1
-            if self.ref_cnt[block] == 0:
-                cached = self.block_hash[block] is not None
-                self._free.push(block, cached)
+            ref = ref_cnt[block] - 1
+            ref_cnt[block] = ref
+            if ref == 0:
+                cached = block_hash[block] is not None
+                freed.append((block, cached))
                 if cached:
                     self.num_cached_free += 1
+        self._free.push_many(freed)
 
     def free_order(self) -> list[int]:
         """The free queue, front (next evicted) first. For tests and reports."""

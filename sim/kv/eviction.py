@@ -6,7 +6,7 @@ evicts that prefix. The free queue's order is the eviction policy; the block poo
 
 * ``push(block, cached)`` when a block's last reference is dropped (the caller frees a
   request's blocks tail first), ``remove(block)`` when a cache hit revives it, ``pop()``
-  to take the next block to reuse;
+  to take the next block to reuse; ``push_many`` and ``pop_many`` do several in order;
 * ``on_cached(block)`` when a block gets a hash, ``on_hit(block)`` on every cache hit.
 
 Policies:
@@ -55,6 +55,17 @@ class LRUQueue:
 
     def pop(self) -> int:
         return self._q.popitem(last=False)[0]
+
+    def pop_many(self, count: int) -> list[int]:
+        """``count`` pops, in order."""
+        popitem = self._q.popitem
+        return [popitem(last=False)[0] for _ in range(count)]
+
+    def push_many(self, entries: list[tuple[int, bool]]) -> None:
+        """``push(block, cached)`` for each entry, in order."""
+        q = self._q
+        for block, _ in entries:
+            q[block] = None
 
     def on_cached(self, block: int) -> None:
         pass
@@ -117,6 +128,13 @@ class _KeyedQueue:
                 self._cached_seq.pop(block, None)  # its content is about to be replaced
                 self._hits.pop(block, None)
                 return block
+
+    def pop_many(self, count: int) -> list[int]:
+        return [self.pop() for _ in range(count)]
+
+    def push_many(self, entries: list[tuple[int, bool]]) -> None:
+        for block, cached in entries:
+            self.push(block, cached)
 
     def on_cached(self, block: int) -> None:
         self._clock += 1

@@ -69,6 +69,7 @@ class PagedAllocator:
             if table is not None and target <= len(table):  # the hot path: a decode in room
                 if self.prefix_caching:
                     self._cache_full_blocks(req, table, total)
+                    self._set_room(req, table)
                 return True
         else:
             target = self.budget.num_blocks(total, B)
@@ -81,7 +82,7 @@ class PagedAllocator:
             cached_blocks = [pool.get_cached(h) for h in req.block_hashes[: num_cached_tokens // B]]
         need = target - len(table) - len(cached_blocks)
         # Cached blocks sitting in the free queue stop being free once touched.
-        revived = sum(1 for b in cached_blocks if pool.ref_cnt[b] == 0)
+        revived = sum(1 for b in cached_blocks if pool.ref_cnt[b] == 0) if cached_blocks else 0
         if need > pool.num_free - revived - -(-keep_free_slots // B):
             return False
         if fresh:
@@ -90,14 +91,29 @@ class PagedAllocator:
         for b in cached_blocks:
             pool.touch(b)
         table.extend(cached_blocks)
-        for _ in range(need):
-            table.append(pool.pop_free())
+        if need > 0:
+            table.extend(pool.pop_free_many(need))
         if need < 0:
             self._drop_blocks(table, -need)
         self.block_tables[req.request_id] = table
         if self.prefix_caching:
             self._cache_full_blocks(req, table, total)
+        if not self._bounded:
+            self._set_room(req, table)
         return True
+
+    def _set_room(self, req: Request, table: list[int]) -> None:
+        """Record on ``req`` the most tokens ``allocate_slots`` can grant it without a change
+        (``Request.slot_room``): its table's slots, and with prefix caching one token short
+        of filling the next unhashed block (``_cache_full_blocks`` would hash it). Depends
+        only on the table and the hashed count, which change only here and in ``free``.
+        Never set under a token budget (its block count is not ``ceil(total / B)``)."""
+        B = self.block_size
+        room = len(table) * B
+        if self.prefix_caching:
+            hashed_end = (self._num_registered.get(req.request_id, 0) + 1) * B - 1
+            room = room if room < hashed_end else hashed_end
+        req.slot_room = room
 
     def _drop_blocks(self, table: list[int], count: int) -> None:
         """Give back the ``count`` oldest droppable blocks (token-level eviction)."""
@@ -125,6 +141,7 @@ class PagedAllocator:
     def free(self, req: Request) -> None:
         table = self.block_tables.pop(req.request_id, None)
         self._num_registered.pop(req.request_id, None)
+        req.slot_room = 0
         if table:
             self.pool.release(table[::-1])  # tail first: evicted before the shared prefix
 

@@ -17,7 +17,7 @@ simulated: the report says so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 
@@ -38,13 +38,13 @@ class TokenBudget:
     window_tokens: int = 0
     sink_tokens: int = 0
     heavy_tokens: int = 0
+    # The most tokens a sequence keeps (None: unbounded). Derived, set once: read every step.
+    max_tokens: int | None = field(init=False, repr=False, compare=False)
 
-    @property
-    def max_tokens(self) -> int | None:
-        """The most tokens a sequence keeps (None: unbounded)."""
-        if self.policy == TokenEviction.NONE:
-            return None
-        return self.window_tokens + self.sink_tokens + self.heavy_tokens
+    def __post_init__(self) -> None:
+        cap = None if self.policy == TokenEviction.NONE else (
+            self.window_tokens + self.sink_tokens + self.heavy_tokens)
+        object.__setattr__(self, "max_tokens", cap)  # frozen: set once here
 
     def kept_tokens(self, num_tokens: int) -> int:
         cap = self.max_tokens

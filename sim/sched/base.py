@@ -76,6 +76,20 @@ class SchedulerBase:
         order.remove(victim)
         return victim
 
+    def _make_room(self, order: list[Request], i: int, req: Request, n: int,
+                   out: SchedulerOutput) -> bool:
+        """Allocate ``n`` slots for ``req = order[i]``, preempting victims among the requests
+        not yet scheduled (``order[i:]``) until it fits; False if ``req`` itself was preempted.
+
+        Callers skip it while ``num_computed_tokens + n <= req.slot_room``: the allocation
+        would succeed and change nothing (``Request.slot_room``)."""
+        while not self.allocator.allocate_slots(req, n):
+            victim = self._pop_victim(order, i)  # not yet scheduled (maybe req itself)
+            self._preempt(victim, out)
+            if victim is req:
+                return False
+        return True
+
     def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
         self.running.remove(victim)
         self.preemptor.preempt(victim, self.waiting, self.swapped, out)
@@ -144,15 +158,18 @@ class SchedulerBase:
         """
         done = []
         start = now if step_start_s is None else step_start_s
-        for req, n in out.scheduled:
+        for req, n in out.scheduled:  # every running request, every step: no property calls
             if req.admitted_s is None:
                 req.admitted_s = start
-            req.num_computed_tokens += n
-            if req.num_computed_tokens == req.num_tokens:  # caught up: sample one token
-                req.num_generated += 1
+            computed = req.num_computed_tokens + n
+            req.num_computed_tokens = computed
+            generated = req.num_generated
+            if computed == req.num_prompt_tokens + generated:  # caught up (num_tokens): sample one token
+                generated += 1
+                req.num_generated = generated
                 if req.first_token_s is None:
                     req.first_token_s = now
-                if req.num_generated >= req.num_output_tokens:
+                if generated >= req.num_output_tokens:
                     req.last_token_s = now
                     done.append(req)
         for req in done:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from sim.request import Request
 from sim.sched.base import SchedulerBase
-from sim.sched.output import SchedulerOutput, is_decode
+from sim.sched.output import SchedulerOutput
 
 
 class ContinuousScheduler(SchedulerBase):
@@ -31,37 +31,53 @@ class ContinuousScheduler(SchedulerBase):
         self.chunked = chunked
 
     def _priority_order(self) -> list[Request]:
+        """A fresh list (victims are removed from it): running requests, decodes first if chunked."""
         if not self.chunked:
             return list(self.running)
-        decodes = [r for r in self.running if is_decode(r, 1)]
-        if len(decodes) == len(self.running):
-            return decodes
-        return decodes + [r for r in self.running if not is_decode(r, 1)]
+        decodes, others = [], []
+        for r in self.running:  # is_decode(r, 1), inlined: this runs for every request every step
+            if r.num_generated > 0 and r.num_computed_tokens == r.num_prompt_tokens + r.num_generated - 1:
+                decodes.append(r)
+            else:
+                others.append(r)
+        return decodes + others if others else decodes
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
         order = self._priority_order()
-        alloc = self.allocator
-        i = 0
-        while i < len(order) and budget > 0:
-            req = order[i]
-            n = min(req.num_tokens - req.num_computed_tokens, budget)
-            while not alloc.allocate_slots(req, n):
-                victim = self._pop_victim(order, i)  # not yet scheduled (maybe req itself)
-                self._preempt(victim, out)
-                if victim is req:
-                    break
+        scheduled = out.scheduled
+        cap = out.budget.max_tokens  # None: unbounded
+        # Decodes are summed here and added to ``out`` at the end: the same integers
+        # ``out.add`` would add, in any order (the float ``prefill_attn_pairs`` still goes
+        # through ``out.add`` in scheduling order).
+        num_decodes = decode_kv = 0
+        # ``order`` shrinks as victims leave it, always at or after index ``i``: the for
+        # loop walks it exactly as ``while i < len(order)`` would.
+        for i, req in enumerate(order):
+            if budget <= 0:
+                break
+            computed = req.num_computed_tokens
+            left = req.num_prompt_tokens + req.num_generated - computed  # req.num_tokens - computed
+            n = left if left < budget else budget
+            # Within ``slot_room`` allocate_slots would succeed and change nothing: skip it.
+            if computed + n > req.slot_room and not self._make_room(order, i, req, n, out):
+                break  # req itself was preempted
+            if left == 1 and req.num_generated > 0:  # is_decode(req, n): n is 1 too
+                scheduled.append((req, 1))
+                num_decodes += 1
+                decode_kv += computed + 1 if cap is None or computed < cap else cap
             else:
                 out.add(req, n)
-                budget -= n
-                i += 1
-                continue
-            break  # req itself was preempted
+            budget -= n
+        out.num_decode_tokens += num_decodes
+        out.decode_kv_tokens += decode_kv
         return budget
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput(budget=self.allocator.budget)
         budget = self._schedule_running(out, self.max_num_batched_tokens)
         if not out.preempted:
-            budget = self._swap_in(out, budget)
-            self._admit_waiting(out, budget, self.chunked)
+            if self.swapped:  # (both phases do nothing on an empty queue)
+                budget = self._swap_in(out, budget)
+            if self.waiting:
+                self._admit_waiting(out, budget, self.chunked)
         return out

@@ -52,7 +52,7 @@ class SchedulerOutput:
         self.scheduled.append((req, num_new_tokens))
         cached = req.num_computed_tokens
         cap = self._cap
-        if is_decode(req, num_new_tokens):
+        if is_decode(req, num_new_tokens):  # (running decodes skip add: ContinuousScheduler)
             self.num_decode_tokens += 1
             self.decode_kv_tokens += cached + 1 if cap is None or cached < cap else cap
         else:
@@ -82,13 +82,14 @@ class SchedulerOutput:
     def batch_shape(self) -> BatchShape:
         """What the cost model charges for this step: the scheduled work plus static
         batching's padding (padded prompt tokens, finished members' decode rows)."""
+        num_seqs = self.num_seqs
         return BatchShape(
-            num_seqs=self.num_seqs,
+            num_seqs=num_seqs,
             num_prefill_tokens=self.num_prefill_tokens + self.prefill_padding_tokens,
             num_decode_tokens=self.num_decode_tokens + self.decode_padding_seqs,
             decode_kv_tokens=self.decode_kv_tokens, prefill_attn_pairs=self.prefill_attn_pairs,
             prefill_kv_tokens=self.prefill_kv_tokens,
-            num_prefill_seqs=self.num_seqs - self.num_decode_tokens - self.decode_padding_seqs)
+            num_prefill_seqs=num_seqs - self.num_decode_tokens - self.decode_padding_seqs)
 
     @property
     def is_empty(self) -> bool:

@@ -32,20 +32,14 @@ class StaticScheduler(SchedulerBase):
 
     def _decode_batch(self, out: SchedulerOutput) -> None:
         order = list(self.running)
-        i = 0
-        while i < len(order):
-            req = order[i]
-            n = req.num_tokens - req.num_computed_tokens
-            while not self.allocator.allocate_slots(req, n):
-                victim = self._pop_victim(order, i)  # paged KV can run out mid-batch
-                self._preempt(victim, out)
-                if victim is req:
-                    break
-            else:
-                out.add(req, n)
-                i += 1
-                continue
-            break
+        # ``order`` shrinks as victims leave it, at or after index ``i`` (paged KV can run
+        # out mid-batch): the for loop walks it as ``while i < len(order)`` would.
+        for i, req in enumerate(order):
+            computed = req.num_computed_tokens
+            n = req.num_tokens - computed
+            if computed + n > req.slot_room and not self._make_room(order, i, req, n, out):
+                break  # req itself was preempted
+            out.add(req, n)
         for req in self.done_in_batch:
             out.add_padding(req.num_tokens)
 
