@@ -21,6 +21,9 @@ def _add_run_parser(sub) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a scenario key, e.g. --set kv.block_size=32 (repeatable)")
     p.add_argument("--no-report", action="store_true", help="skip report.html")
+    p.add_argument("--steps", choices=("full", "sampled", "none"), default="full",
+                   help="steps.csv: every step (default), at most 100,000 evenly spaced steps "
+                        "(sampled), or none; summary.json and report.html use every step either way")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
     p.add_argument("--json", action="store_true", help="print summary.json to stdout")
     p.add_argument("--force", action="store_true",
@@ -46,13 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
 def _run(args) -> int:
     from sim.engine.simulation import Simulation
     from sim.engine.metrics import summarize
-    from sim.outputs.files import RUN_FILES, prepare_out_dir, safe_name, write_outputs, write_run
+    from sim.outputs.files import prepare_out_dir, run_files, safe_name, write_outputs, write_run
     from sim.config.scenario import load_scenario
     from sim.outputs.table import print_summary, progress_bar
 
     sc = load_scenario(args.scenario, args.overrides)
     out_dir = Path(args.out) if args.out else Path("runs") / safe_name(sc.name)
-    writes = [f for f in RUN_FILES if not (args.no_report and f == "report.html")]
+    writes = run_files(args.steps, report=not args.no_report)
     stale = prepare_out_dir(out_dir, writes, force=args.force)  # before minutes of simulation
     sim = Simulation(sc)
     show = not args.quiet and not args.json and sys.stderr.isatty()
@@ -60,7 +63,7 @@ def _run(args) -> int:
         sim.progress = progress
         result = sim.run()
     summary = summarize(result)
-    write_run(out_dir, summary, result, None, stale)  # the data first: nothing after can lose it
+    write_run(out_dir, summary, result, None, stale, steps=args.steps)  # the data first: nothing after can lose it
     report = None
     if not args.no_report:
         from sim.outputs.report import render_report

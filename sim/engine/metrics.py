@@ -18,6 +18,9 @@ pool are averaged over busy time (weighted by step duration).
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Sequence
+
 import numpy as np
 
 from sim.kv.base import KVAllocator
@@ -30,11 +33,46 @@ COLUMNS = (
 )
 
 
+#: A step is one row of these; columns after the first two (time, duration) are counts.
+_NCOLS = len(COLUMNS)
+
+
+class _Rows(Sequence):
+    """A read-only view of a :class:`StepLog` as one tuple per step (as the log was once
+    kept): ``rows[-1]``, ``len(rows)``, iteration. Counts come back as ints."""
+
+    def __init__(self, buf: array) -> None:
+        self._buf = buf
+
+    def __len__(self) -> int:
+        return len(self._buf) // _NCOLS
+
+    def __getitem__(self, i):
+        n = len(self)
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(n))]
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("step index out of range")
+        row = self._buf[i * _NCOLS:(i + 1) * _NCOLS]
+        return (row[0], row[1], *map(int, row[2:]))
+
+
 class StepLog:
-    """Columns of per-step numbers, appended as the run goes (plain lists: cheap)."""
+    """Columns of per-step numbers, appended as the run goes into one flat array of
+    doubles (17 x 8 bytes a step; counts are exact up to 2**53)."""
 
     def __init__(self) -> None:
-        self.rows: list[tuple] = []
+        self._buf = array("d")
+
+    def __len__(self) -> int:
+        return len(self._buf) // _NCOLS
+
+    @property
+    def rows(self) -> _Rows:
+        """The steps as tuples (a view; see :class:`_Rows`)."""
+        return _Rows(self._buf)
 
     def record(self, now: float, duration: float, out, sched, allocator: KVAllocator) -> None:
         reserved = internal = empty = 0
@@ -55,7 +93,7 @@ class StepLog:
             internal += waste
             empty += waste
         allocated = allocator.num_allocated_slots()
-        self.rows.append((
+        self._buf.extend((
             now, duration, out.num_seqs, out.num_prefill_tokens, out.num_decode_tokens,
             out.prefill_padding_tokens + out.decode_padding_seqs, len(sched.waiting),
             len(sched.running), len(sched.swapped), len(out.preempted),
@@ -64,11 +102,29 @@ class StepLog:
             allocator.num_cached_free_slots(),
         ))
 
-    def array(self) -> dict[str, np.ndarray]:
-        if not self.rows:
-            return {c: np.zeros(0) for c in COLUMNS}
-        data = np.array(self.rows, dtype=float)
+    def table(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Steps ``start`` to ``stop`` as a (steps x columns) float array (a copy: the log
+        may grow on)."""
+        stop = len(self) if stop is None else min(stop, len(self))
+        part = self._buf[start * _NCOLS:stop * _NCOLS] if (start, stop) != (0, len(self)) else self._buf
+        return np.frombuffer(part, dtype=float).copy().reshape(-1, _NCOLS)
+
+    def array(self, copy: bool = True) -> dict[str, np.ndarray]:
+        """Each column as a float array: views of one copy of the log, or with ``copy``
+        False of the log itself (no memory; for a finished run only: the log cannot grow
+        while such a view is alive)."""
+        data = self.table() if copy else np.frombuffer(self._buf, dtype=float).reshape(-1, _NCOLS)
         return {c: data[:, i] for i, c in enumerate(COLUMNS)}
+
+    def sample_stride(self, max_rows: int | None) -> int:
+        """A sampled ``steps.csv`` keeps every k-th step from the first: k = 1 when the log
+        has at most ``max_rows`` steps (or ``max_rows`` is None), else ceil(n / max_rows)."""
+        n = len(self)
+        return 1 if max_rows is None or n <= max_rows else -(-n // max_rows)
+
+    def sample_indices(self, max_rows: int | None) -> np.ndarray:
+        """The steps a sampled ``steps.csv`` keeps (see :meth:`sample_stride`)."""
+        return np.arange(0, len(self), self.sample_stride(max_rows))
 
 
 def _stats(values: list[float]) -> dict[str, float | None]:
@@ -127,7 +183,7 @@ def summarize(result) -> dict:
     span = result.end_s if result.end_s > 0 else 1.0
     good = sum(1 for t, p, _ in lat if t <= sc.slo.ttft_s and (p is None or p <= sc.slo.tpot_s))
     out_tokens = sum(r.num_output_tokens for r in done)
-    steps = result.steps.array()
+    steps = result.steps.array(copy=False)  # the run is over: no copy of a long log
     pool = plan.num_gpu_blocks * plan.block_size
     dur = steps["duration_s"]
     busy = float(dur.sum())

@@ -2,7 +2,7 @@
 
 ``latency_cdf_figure``: TTFT, TPOT and E2E latency CDFs side by side, one curve per series
 in each panel, a series keeping one colour across the panels. Long series are thinned to
-at most ``MAX_POINTS`` drawn points per curve.
+at most ``MAX_POINTS`` drawn points per curve (evenly spaced ranks, min and max kept).
 """
 
 from __future__ import annotations
@@ -21,6 +21,14 @@ MAX_POINTS = 1500
 PANEL_TITLES = ("TTFT", "TPOT", "E2E latency")
 METRIC_NAMES = ("TTFT", "TPOT", "E2E")
 COLORS = plotly.colors.qualitative.Plotly  # plotly's default colour sequence
+
+
+def thin_indices(n: int, max_points: int = MAX_POINTS) -> np.ndarray:
+    """At most ``max_points`` evenly spaced indices of ``n`` items, the first and last
+    included."""
+    if not n:
+        return np.zeros(0, int)
+    return np.unique(np.linspace(0, n - 1, min(n, max_points)).astype(int))
 
 
 def run_colors(n: int) -> list[str]:
@@ -71,10 +79,10 @@ def latency_cdf_figure(series: Sequence[LatencySeries], *, title: str = "Latency
             vals = vals[np.isfinite(vals)]
             if not vals.size:
                 continue
-            step = max(1, vals.size // MAX_POINTS)
+            keep = thin_indices(vals.size)  # the extremes kept, at most MAX_POINTS points
             y = np.arange(1, vals.size + 1) / vals.size
             name = s.label if s.label is not None else METRIC_NAMES[i]
-            fig.add_trace(go.Scatter(x=vals[::step], y=y[::step], mode="lines", name=name,
+            fig.add_trace(go.Scatter(x=vals[keep], y=y[keep], mode="lines", name=name,
                                      legendgroup=s.label, showlegend=legend and first,
                                      line_color=color), 1, i + 1)
             first = False

@@ -11,7 +11,9 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
+
+import numpy as np
 
 from sim.errors import ConfigError
 
@@ -25,8 +27,9 @@ REQUEST_COLUMNS = (
 )
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers never see a half-written file.
+def write_atomic(path: Path, text: str | Iterable[str]) -> None:
+    """Write ``text`` (a string, or an iterable of pieces written one by one) to ``path``
+    so that readers never see a half-written file.
 
     The text goes to a new temporary file with a unique name, created exclusively in
     ``path``'s folder (``O_EXCL | O_NOFOLLOW``: a symlink planted there is never followed),
@@ -38,7 +41,10 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+            if isinstance(text, str):
+                f.write(text)
+            else:
+                f.writelines(text)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -92,24 +98,46 @@ def requests_csv(requests) -> str:
     return buf.getvalue()
 
 
-def steps_csv(step_log) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(COLUMNS)
-    for row in step_log.rows:
-        w.writerow([_fmt(v) for v in row])
-    return buf.getvalue()
+#: ``sim run --steps``: the most rows steps.csv gets (None: every step; 0: no steps.csv).
+STEP_MODES = {"full": None, "sampled": 100_000, "none": 0}
+
+
+def steps_csv_chunks(step_log, max_rows: int | None = None, chunk: int = 20_000) -> Iterator[str]:
+    """steps.csv in pieces of ``chunk`` rows (so a long run's file is never all in memory):
+    one row per step, times as ``%.6g``, counts as integers; with ``max_rows``, the evenly
+    spaced steps :meth:`StepLog.sample_indices` keeps."""
+    yield ",".join(COLUMNS) + "\n"
+    k = step_log.sample_stride(max_rows)
+    chunk = -(-chunk // k) * k  # chunks start on kept steps
+    for start in range(0, len(step_log), chunk):
+        part = step_log.table(start, start + chunk)[::k]
+        times, counts = part[:, :2].tolist(), part[:, 2:].astype(np.int64).tolist()
+        yield "".join(f"{t:.6g},{d:.6g}," + ",".join(map(str, c)) + "\n"
+                      for (t, d), c in zip(times, counts))
+
+
+def steps_csv(step_log, max_rows: int | None = None) -> str:
+    """The whole steps.csv as one string (see :func:`steps_csv_chunks`)."""
+    return "".join(steps_csv_chunks(step_log, max_rows))
+
+
+def run_files(steps: str = "full", report: bool = True) -> list[str]:
+    """The files ``sim run`` writes with ``--steps steps`` (and a report or not)."""
+    return [f for f in RUN_FILES if not (f == "report.html" and not report)
+            and not (f == "steps.csv" and STEP_MODES[steps] == 0)]
 
 
 def write_run(out_dir: Path, summary: dict, result, report_html: str | None,
-              stale: Iterable[Path] = ()) -> list[Path]:
+              stale: Iterable[Path] = (), steps: str = "full") -> list[Path]:
     """Write a run's files into ``out_dir`` (see :func:`write_outputs`; ``stale`` are an
-    earlier run's files this run does not write, from :func:`prepare_out_dir`)."""
+    earlier run's files this run does not write, from :func:`prepare_out_dir`). ``steps``:
+    a key of :data:`STEP_MODES` (``none``: no steps.csv)."""
     files = {
         "summary.json": json.dumps(summary, indent=2, sort_keys=False) + "\n",
         "requests.csv": requests_csv(result.requests),
-        "steps.csv": steps_csv(result.steps),
     }
+    if STEP_MODES[steps] != 0:
+        files["steps.csv"] = steps_csv_chunks(result.steps, STEP_MODES[steps])
     if report_html is not None:
         files["report.html"] = report_html
     return write_outputs(out_dir, files, stale)
@@ -192,9 +220,9 @@ def remove_files(paths: Iterable[Path]) -> None:
             os.unlink(path)
 
 
-def write_outputs(out_dir: Path, files: dict[str, str], stale: Iterable[Path] = (),
+def write_outputs(out_dir: Path, files: dict[str, str | Iterable[str]], stale: Iterable[Path] = (),
                   flag: str = "--out") -> list[Path]:
-    """Write ``files`` (name -> text) atomically into ``out_dir``, then remove ``stale``;
+    """Write ``files`` (name -> text, or its pieces) atomically into ``out_dir``, then remove ``stale``;
     a failed write is one ConfigError line, not a traceback."""
     out_dir = Path(out_dir)
     paths = []

@@ -1,0 +1,42 @@
+"""The step log: one flat array of doubles, read as columns, as tuples (``rows``) and
+sampled evenly for ``sim run --steps sampled``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.engine.metrics import COLUMNS, StepLog
+
+
+def _log(n: int) -> StepLog:
+    log = StepLog()
+    for i in range(n):
+        log._buf.extend((i * 0.5, 0.25, *range(i, i + len(COLUMNS) - 2)))
+    return log
+
+
+def test_rows_are_tuples_with_integer_counts_and_columns_are_float_arrays() -> None:
+    log = _log(5)
+    assert len(log) == len(log.rows) == 5
+    assert log.rows[-1] == (2.0, 0.25, *range(4, 4 + len(COLUMNS) - 2))
+    assert all(type(v) is int for v in log.rows[0][2:])
+    assert list(log.rows)[1] == log.rows[1] and log.rows[1:3] == [log.rows[1], log.rows[2]]
+    cols = log.array()
+    assert list(cols) == list(COLUMNS) and cols["num_seqs"].tolist() == [0, 1, 2, 3, 4]
+    log._buf.extend(range(len(COLUMNS)))  # the log grows on after a read
+    assert len(log) == 6 and cols["time_s"].size == 5
+
+
+def test_an_empty_log_has_empty_columns() -> None:
+    cols = StepLog().array()
+    assert all(v.size == 0 for v in cols.values()) and StepLog().sample_indices(10).size == 0
+
+
+def test_sampling_keeps_every_kth_step_from_the_first_and_at_most_max_rows() -> None:
+    log = _log(1003)
+    assert log.sample_indices(None).tolist() == list(range(1003))
+    assert log.sample_indices(5000).tolist() == list(range(1003))
+    for cap in (1, 7, 100, 1002):
+        idx = log.sample_indices(cap)
+        k = -(-1003 // cap)
+        assert idx.size <= cap and idx[0] == 0 and np.all(np.diff(idx) == k)
