@@ -12,6 +12,7 @@ from typing import Annotated, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.config.limits import nonneg_float, nonneg_int, pos_float, pos_int
+from sim.config.paths import resolve_in
 from sim.kv import AllocatorKind
 from sim.kv.eviction import PrefixEviction
 from sim.kv.swap import SwapTransfer
@@ -278,8 +279,7 @@ class Scenario(_Frozen):
         return Path(self.source_path).resolve().parent
 
     def resolve(self, path: str) -> Path:
-        p = Path(path)
-        return p if p.is_absolute() else self.base_dir / p
+        return resolve_in(self.base_dir, path)
 
     @property
     def max_num_batched_tokens(self) -> int:

@@ -25,6 +25,7 @@ from sim.model.memory import MemoryPlan, check_fits_one_sequence, plan_memory
 from sim.model.spec import KVDtype, ModelSpec
 from sim.model.hf_config import load_model
 from sim.request import Request
+from sim.config.paths import file_or_name
 from sim.config.scenario import Scenario, WhenKVFull
 from sim.sched import make_scheduler
 from sim.sched.preemption import Preemptor
@@ -34,8 +35,7 @@ from sim.workload.generate import SessionSpec, build_workload, read_column, samp
 
 def relative_to_scenario(sc: Scenario, ref: str) -> str:
     """A file path in a scenario is relative to the scenario's folder; a name stays a name."""
-    path = sc.resolve(ref)
-    return str(path) if ("/" in ref or ref.endswith((".json", ".yaml", ".yml"))) and path.exists() else ref
+    return file_or_name(sc.base_dir, ref)
 
 
 def build_plan(sc: Scenario):

@@ -36,6 +36,17 @@ def available_models() -> list[str]:
     return sorted(_presets())
 
 
+def config_file(name_or_path: str) -> Path | None:
+    """The config.json a model reference names (a file, or the folder holding it), or None for
+    a preset name or a path that is no file."""
+    if name_or_path.strip().lower() in _presets():
+        return None
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+    return path if path.is_file() else None
+
+
 def load_model(name_or_path: str, *, source: str = "<cli>", key: str = "model") -> ModelSpec:
     """A preset (case-insensitive name) or a HuggingFace config.json (file or its folder).
 
@@ -46,10 +57,8 @@ def load_model(name_or_path: str, *, source: str = "<cli>", key: str = "model") 
     lowered = name_or_path.strip().lower()
     if lowered in presets:
         return spec_from_hf_config(presets[lowered], name=lowered, source=str(_PRESETS_PATH))
-    path = Path(name_or_path).expanduser()
-    if path.is_dir():
-        path = path / "config.json"
-    if path.is_file():
+    path = config_file(name_or_path)
+    if path is not None:
         try:
             if path.stat().st_size > MAX_CONFIG_BYTES:
                 raise ValueError(f"larger than {MAX_CONFIG_BYTES} bytes: not a config.json")

@@ -3,51 +3,29 @@
 A point reads its model's config.json (when ``model`` is a path), its calibration YAML
 (``gpu``: a path, or a name looked up in ``calibrations/``), and every ``path`` under
 ``workload`` (a trace, an empirical length distribution's CSV). They resolve as the
-simulator resolves them (relative to the scenario's folder; see
-``sim.engine.parts.relative_to_scenario`` and ``Scenario.resolve``), from the raw
-scenario mapping, so that an invalid point gets an id too.
+simulator resolves them (``sim.config.paths``, ``sim.model.hf_config.config_file``), from the
+raw scenario mapping, so that an invalid point gets an id too.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from pathlib import Path
 
 from sim.calib.calibration import calibration_file
-from sim.model.hf_config import available_models
-
-
-@functools.cache
-def _preset_models() -> frozenset[str]:
-    return frozenset(available_models())
-
-
-def _resolve(base: Path, ref: str) -> Path:
-    p = Path(ref)
-    return p if p.is_absolute() else base / p
-
-
-def _as_scenario_file(base: Path, ref: str) -> str:
-    """``relative_to_scenario``: a path in a scenario is relative to its folder."""
-    path = _resolve(base, ref)
-    return str(path) if ("/" in ref or ref.endswith((".json", ".yaml", ".yml"))) and path.exists() else ref
+from sim.config.paths import file_or_name, resolve_in
+from sim.model.hf_config import config_file
 
 
 def _model_file(base: Path, ref) -> Path | None:
-    if not isinstance(ref, str) or ref.strip().lower() in _preset_models():
-        return None
-    path = Path(_as_scenario_file(base, ref)).expanduser()
-    if path.is_dir():
-        path = path / "config.json"
-    return path if path.is_file() else None
+    return config_file(file_or_name(base, ref)) if isinstance(ref, str) else None
 
 
 def _calibration_file(base: Path, ref) -> Path | None:
     if not isinstance(ref, str):
         return None
     try:
-        return calibration_file(_as_scenario_file(base, ref))
+        return calibration_file(file_or_name(base, ref))
     except (OSError, ValueError):
         return None
 
@@ -57,7 +35,7 @@ def _workload_paths(base: Path, node) -> list[Path]:
     if isinstance(node, dict):
         for key, value in node.items():
             if key == "path" and isinstance(value, str):
-                path = _resolve(base, value)
+                path = resolve_in(base, value)
                 if path.is_file():
                     found.append(path)
             else:
