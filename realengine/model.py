@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sim.engine.parts import build_parts
+from sim.engine.parts import build_plan
 from sim.model.spec import ModelSpec
 
 #: The element types the real engine and the microbenchmarks run in torch, keyed by their
@@ -209,6 +209,6 @@ def make_model(sc, device: torch.device) -> TinyLlama:
     """The scenario's model with random weights and a KV cache of the plan's blocks."""
     if sc.engine.weight_dtype not in ("fp16", "bf16"):
         raise ValueError(f"the real engine runs fp16 or bf16 weights, not {sc.engine.weight_dtype}")
-    parts = build_parts(sc)
-    return TinyLlama(parts.model, num_blocks=parts.plan.num_gpu_blocks, block_size=sc.kv.block_size,
+    model, _, plan = build_plan(sc)  # the model and KV pool only: no workload, no scheduler
+    return TinyLlama(model, num_blocks=plan.num_gpu_blocks, block_size=sc.kv.block_size,
                      device=device, dtype=TORCH_DTYPES[sc.engine.weight_dtype], seed=sc.seed)
