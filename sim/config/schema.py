@@ -22,7 +22,7 @@ from sim.sched.preemption import PreemptionMode
 from sim.sched.victim import VictimPolicy
 
 __all__ = [  # the policy choices are defined next to their policies and re-exported
-    "AllocatorKind", "ArrivalProcess", "BatchingPolicy", "ConstantArrival", "Conversation",
+    "AllocatorKind", "ArrivalProcess", "BatchingPolicy", "ComputeDtypeName", "ConstantArrival", "Conversation",
     "DtypeName", "EmpiricalLength", "EngineConfig", "FixedLength", "GammaArrival", "KVConfig",
     "LengthDist", "LogNormalLength", "PoissonArrival", "PosFloat", "PosInt", "PreemptionMode",
     "PrefixEviction", "SLO", "Scenario", "SchedulerConfig", "SharedPrefix", "TokenBudget",
@@ -47,6 +47,9 @@ class _Frozen(BaseModel):
 
 
 DtypeName = Literal["fp16", "bf16", "fp8", "int8", "int4"]
+#: The math mode of the GEMMs (sim/calib/calibration.py ``compute_peaks``): bf16/fp16 with
+#: fp32 accumulate, fp16 with fp16 accumulate (GeForce cards' faster mode), fp8, int8.
+ComputeDtypeName = Literal["bf16", "fp16", "fp16-acc16", "fp8", "int8"]
 
 # ----------------------------------------------------------------------- distributions
 
@@ -192,6 +195,7 @@ class EngineConfig(_Frozen):
     max_model_len: pos_int("engine.max_model_len") = 8192
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.9
     weight_dtype: DtypeName = "bf16"
+    compute_dtype: ComputeDtypeName | None = None  # None: follows weight_dtype (sim/cost/datasheet.py)
     kv_dtype: DtypeName = "bf16"
     kv_quant_group_size: pos_int("engine.kv_quant_group_size") = 64
     activation_peak_bytes: nonneg_int("engine.activation_peak_bytes") | None = None

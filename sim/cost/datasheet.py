@@ -119,7 +119,8 @@ class DatasheetCost:
 
 
 def build_datasheet_cost(model: ModelSpec, calibration: Calibration, kv_dtype: KVDtype | str = KVDtype.BF16,
-                         weight_dtype_bytes: float = 2, *, quant_group_size: int = 64) -> DatasheetCost:
+                         weight_dtype_bytes: float = 2, *, quant_group_size: int = 64,
+                         weight_dtype: str | None = None, compute_dtype: str | None = None) -> DatasheetCost:
     """Precompute the constants of ``DatasheetCost.step_time_s`` (activations are in the weight dtype)."""
     cal = calibration
     bw = cal.effective_bandwidth_bytes_per_s

@@ -141,7 +141,8 @@ class FittedCost:
 
 
 def build_fitted_cost(model: ModelSpec, cal: Calibration, kv_dtype: KVDtype | str = KVDtype.BF16,
-                      weight_dtype_bytes: float = 2, *, quant_group_size: int = 64) -> FittedCost:
+                      weight_dtype_bytes: float = 2, *, quant_group_size: int = 64,
+                      weight_dtype: str | None = None, compute_dtype: str | None = None) -> FittedCost:
     """Precompute the shapes and per-token quantities of ``FittedCost.step_time_s``."""
     L, h = model.num_layers, model.hidden_size
     kv_bytes = kv_bytes_per_token(model, kv_dtype, quant_group_size=quant_group_size)

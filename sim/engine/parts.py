@@ -106,7 +106,8 @@ def build_parts(sc: Scenario) -> EngineParts:
     model, cal, plan = build_plan(sc)
     cost = build_cost_model(model, cal, KVDtype(sc.engine.kv_dtype),
                             weight_dtype_bytes=DTYPE_BYTES[sc.engine.weight_dtype],
-                            quant_group_size=sc.engine.kv_quant_group_size)
+                            quant_group_size=sc.engine.kv_quant_group_size,
+                            weight_dtype=sc.engine.weight_dtype, compute_dtype=sc.engine.compute_dtype)
     budget = token_budget(sc, model)
     allocator = make_allocator(
         sc.kv.allocator, num_blocks=plan.num_gpu_blocks, block_size=sc.kv.block_size,
