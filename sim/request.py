@@ -35,7 +35,7 @@ class Request:
         "num_output_tokens", "session", "turn", "status", "num_computed_tokens",
         "num_generated", "admitted_s", "first_token_s", "last_token_s", "finish_s", "num_preemptions",
         "num_swaps", "num_cached_tokens", "reject_reason", "block_hashes", "admit_seq",
-        "prefix_len", "slot_room",
+        "prefix_len", "slot_room", "client_first_s", "client_last_s",
     )
 
     def __init__(
@@ -70,6 +70,10 @@ class Request:
         self.block_hashes: list[int] = []  # chained hashes of full blocks, filled lazily
         self.admit_seq = -1  # order of the latest admission: the recompute victim is the max
         self.prefix_len = 0  # shared-system-prompt tokens (for reporting)
+        # When the client received the first and the last token through a modelled front end
+        # (sim/engine/frontend.py); None without one (the client sees the engine's times).
+        self.client_first_s: float | None = None
+        self.client_last_s: float | None = None
         # Set by the paged allocator: while ``num_computed_tokens + num_new_tokens <=
         # slot_room``, ``allocate_slots`` (no cached tokens, no watermark) would change
         # nothing and succeed, so the scheduler skips the call. 0 when it holds nothing.

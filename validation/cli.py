@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -112,6 +113,12 @@ def run_validate(args) -> int:
 
     overrides = list(args.overrides) + ([f"gpu={args.calibration}"] if args.calibration else [])
     sc = load_scenario(args.scenario, overrides)
+    if sc.engine.profile != "eager":
+        # The validation engine launches every kernel from Python, one by one, with no front
+        # end: kvsim's eager profile is the model of exactly that engine.
+        print(f"note: sim validate runs the eager validation engine; engine.profile {sc.engine.profile} "
+              "is replaced by eager", file=sys.stderr)
+        sc = load_scenario(args.scenario, [*overrides, "engine.profile=eager"])
     _check(sc)
     out_dir = Path(args.out) if args.out else Path("runs") / f"{safe_name(sc.name)}-validate"
     stale = prepare_out_dir(out_dir, VALIDATE_FILES, force=getattr(args, "force", False))

@@ -128,7 +128,7 @@ def _allowed_keys(loc: tuple) -> list[str]:
         candidates = nxt
     if len(candidates) != 1:
         return []
-    return sorted(k for k in candidates[0].model_fields if k != "source_path")
+    return sorted(k for k in candidates[0].model_fields if k not in ("source_path", "profile_defaults"))
 
 
 def _tag(model: Any) -> Any:

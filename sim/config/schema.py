@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.config.limits import nonneg_float, nonneg_int, pos_float, pos_int
 from sim.config.paths import resolve_in
+from sim.config.profile_schema import ProfileChoice, ProfileOverrides, apply_profile_defaults
+from sim.cost.profile import DEFAULT_PROFILE, PROFILES, EngineProfile
 from sim.kv import AllocatorKind
 from sim.kv.eviction import PrefixEviction
 from sim.kv.swap import SwapTransfer
@@ -24,7 +26,7 @@ from sim.sched.victim import VictimPolicy
 __all__ = [  # the policy choices are defined next to their policies and re-exported
     "AllocatorKind", "ArrivalProcess", "BatchingPolicy", "ComputeDtypeName", "ConstantArrival", "Conversation",
     "DtypeName", "EmpiricalLength", "EngineConfig", "FixedLength", "GammaArrival", "KVConfig",
-    "LengthDist", "LogNormalLength", "PoissonArrival", "PosFloat", "PosInt", "PreemptionMode",
+    "LengthDist", "LogNormalLength", "ProfileOverrides", "PoissonArrival", "PosFloat", "PosInt", "PreemptionMode",
     "PrefixEviction", "SLO", "Scenario", "SchedulerConfig", "SharedPrefix", "TokenBudget",
     "TokenEviction", "TokenEvictionConfig", "TraceReplay", "UniformLength", "VictimPolicy",
     "WhenKVFull", "Workload", "ZipfLength",
@@ -192,6 +194,8 @@ class Workload(_Frozen):
 
 
 class EngineConfig(_Frozen):
+    profile: ProfileChoice = DEFAULT_PROFILE  # how the engine spends a step (sim/cost/profile.py)
+    profile_overrides: ProfileOverrides = ProfileOverrides()
     max_model_len: pos_int("engine.max_model_len") = 8192
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.9
     weight_dtype: DtypeName = "bf16"
@@ -275,8 +279,20 @@ class Scenario(_Frozen):
     scheduler: SchedulerConfig = SchedulerConfig()
     workload: Workload
     slo: SLO = SLO()
+    # Keys whose values came from the engine profile's defaults, not from the file.
+    profile_defaults: tuple[str, ...] = Field(default=(), exclude=True)
     # Where the file came from; relative paths in it resolve against this folder.
     source_path: str = Field(default="<scenario>", exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _profile_defaults(cls, data):
+        return apply_profile_defaults(data)
+
+    @property
+    def engine_profile(self) -> EngineProfile:
+        """The engine profile with the scenario's overrides applied."""
+        return PROFILES[self.engine.profile].with_overrides(self.engine.profile_overrides.as_dict())
 
     @property
     def base_dir(self) -> Path:

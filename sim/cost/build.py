@@ -1,12 +1,15 @@
 """Choosing a run's cost model: the fitted kernel models where the calibration has them,
-else the datasheet roofline."""
+else the datasheet roofline; and the engine profile around it."""
 
 from __future__ import annotations
+
+import dataclasses
 
 from sim.calib.calibration import Calibration
 from sim.cost.base import CostModel
 from sim.cost.datasheet import build_datasheet_cost
 from sim.cost.fitted import build_fitted_cost
+from sim.cost.profile import EngineProfile, GraphMode, ProfiledCost
 from sim.model.spec import KVDtype, ModelSpec
 
 
@@ -21,3 +24,25 @@ def build_cost_model(model: ModelSpec, calibration: Calibration, kv_dtype: KVDty
     build = build_fitted_cost if "gemm" in calibration.kernels else build_datasheet_cost
     return build(model, calibration, kv_dtype, weight_dtype_bytes, quant_group_size=quant_group_size,
                  weight_dtype=weight_dtype, compute_dtype=compute_dtype)
+
+
+def build_profiled_cost(model: ModelSpec, calibration: Calibration, profile: EngineProfile, *,
+                        max_num_seqs: int, **kwargs) -> CostModel:
+    """The cost model under an engine profile (sim/cost/profile.py).
+
+    ``eager`` is the plain cost model. Other profiles wrap a datasheet model built without
+    the calibration's step overhead (the profile's host time replaces it), twice: with kernel
+    launches (eager steps) and without (graph replays). A measured calibration's fitted
+    models time the validation engine's own steps, launches and host work included: they
+    are used as measured (the profile still sets scheduling and the front end).
+    """
+    plain = build_cost_model(model, calibration, **kwargs)
+    if profile.is_eager or "gemm" in calibration.kernels:
+        return plain
+    no_host = dataclasses.replace(calibration, step_overhead_s=0.0)
+    eager = build_cost_model(model, no_host, **kwargs)
+    if profile.graph_mode is GraphMode.NONE:
+        return ProfiledCost(eager, eager, profile, (), 0.0)
+    graph = build_cost_model(model, dataclasses.replace(no_host, kernel_launch_s=0.0), **kwargs)
+    return ProfiledCost(eager, graph, profile, profile.capture_sizes(max_num_seqs),
+                        attention_launch_s=model.num_layers * calibration.kernel_launch_s)

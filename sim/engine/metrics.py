@@ -135,10 +135,34 @@ def _stats(values: list[float]) -> dict[str, float | None]:
     return {"mean": float(a.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
+def engine_summary(sc, result) -> dict:
+    """The engine profile the run modelled (sim/cost/profile.py) and whose times the
+    latencies are: the client's (through a modelled front end) or the engine's."""
+    p = sc.engine_profile
+    return {"profile": str(p.name), "graph_mode": str(p.graph_mode), "async_scheduling": p.async_scheduling,
+            "prefill_first": p.prefill_first, "step_host_s": p.step_host_s, "seq_host_s": p.seq_host_s,
+            "latencies_seen_by": "client" if p.has_frontend else "engine"}
+
+
+def profile_notes(sc, result) -> list[str]:
+    p = sc.engine_profile
+    if p.is_eager or result.calibration_source != "measured":
+        return []
+    return [f"engine profile {p.name}: a measured calibration times the validation engine's own steps "
+            "(launches and host work included), so its graph replay and host-time numbers are not applied; "
+            "scheduling defaults and the front end are"]
+
+
 def request_latencies(req) -> tuple[float | None, float | None, float | None]:
-    """(ttft_s, tpot_s, e2e_s) of a finished request; None where undefined."""
+    """(ttft_s, tpot_s, e2e_s) of a finished request as its client sees them; None where
+    undefined. With a modelled front end the client's times are when the tokens were
+    streamed (``client_first_s``, ``client_last_s``); else the engine's."""
     if req.finish_s is None:
         return None, None, None
+    if req.client_last_s is not None:
+        first, last = req.client_first_s, req.client_last_s
+        tpot = (last - first) / (req.num_output_tokens - 1) if req.num_output_tokens > 1 else None
+        return first - req.arrival_s, tpot, last - req.arrival_s
     ttft = req.first_token_s - req.arrival_s
     tpot = None
     if req.num_output_tokens > 1:
@@ -211,7 +235,8 @@ def summarize(result) -> dict:
             "prefix_cache_eviction": str(sc.kv.prefix_cache_eviction),
             "token_eviction": str(alloc_cls.budget.policy),
         },
-        "notes": notes(alloc_cls),
+        "profile": engine_summary(sc, result),
+        "notes": notes(alloc_cls) + profile_notes(sc, result),
         "requests": {
             "arrived": len(reqs), "completed": len(done), "rejected": len(rejected),
             "in_flight": len(reqs) - len(done) - len(rejected), "rejected_by_reason": reasons,

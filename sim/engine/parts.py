@@ -15,7 +15,7 @@ import numpy as np
 
 from sim.calib.calibration import load_calibration
 from sim.cost.base import CostModel
-from sim.cost.build import build_cost_model
+from sim.cost.build import build_profiled_cost
 from sim.errors import ConfigError
 from sim.kv import make_allocator
 from sim.kv.swap import SwapSpace
@@ -53,10 +53,23 @@ def build_plan(sc: Scenario):
         runtime_overhead_bytes=eng.runtime_overhead_bytes, quant_group_size=eng.kv_quant_group_size,
         num_gpu_blocks_override=eng.num_gpu_blocks_override, source=src,
     )
-    budget = token_budget(sc, model)
+    budget = token_budget(without_vetoed_defaults(sc, model), model)
     plan = dataclasses.replace(plan, max_kv_tokens_per_seq=budget.kept_tokens(eng.max_model_len))
     check_fits_one_sequence(plan, eng.max_model_len, source=src)
     return model, cal, plan
+
+
+def without_vetoed_defaults(sc: Scenario, model) -> Scenario:
+    """``sc`` without the profile defaults its model cannot have: prefix caching (a
+    profile default, sim/config/profile_schema.py) on a model whose sliding window is
+    shorter than ``max_model_len`` (its evicted tokens break shared prefixes)."""
+    window = model.sliding_window
+    if ("kv.prefix_caching" in sc.profile_defaults and window and window < sc.engine.max_model_len
+            and sc.kv.token_eviction.policy == TokenEviction.NONE):
+        kv = sc.kv.model_copy(update={"prefix_caching": False})
+        rest = tuple(k for k in sc.profile_defaults if k != "kv.prefix_caching")
+        return sc.model_copy(update={"kv": kv, "profile_defaults": rest})
+    return sc
 
 
 def token_budget(sc: Scenario, model) -> TokenBudget:
@@ -102,12 +115,14 @@ class EngineParts:
 
 
 def build_parts(sc: Scenario) -> EngineParts:
-    """Fresh parts for one run of ``sc`` (ConfigError on bad input)."""
+    """Fresh parts for one run of ``sc`` (ConfigError on bad input). ``parts.sc`` is the
+    scenario as run: ``sc`` without profile defaults its model vetoes."""
     model, cal, plan = build_plan(sc)
-    cost = build_cost_model(model, cal, KVDtype(sc.engine.kv_dtype),
-                            weight_dtype_bytes=DTYPE_BYTES[sc.engine.weight_dtype],
-                            quant_group_size=sc.engine.kv_quant_group_size,
-                            weight_dtype=sc.engine.weight_dtype, compute_dtype=sc.engine.compute_dtype)
+    sc = without_vetoed_defaults(sc, model)
+    cost = build_profiled_cost(
+        model, cal, sc.engine_profile, max_num_seqs=sc.scheduler.max_num_seqs, kv_dtype=KVDtype(sc.engine.kv_dtype),
+        weight_dtype_bytes=DTYPE_BYTES[sc.engine.weight_dtype], quant_group_size=sc.engine.kv_quant_group_size,
+        weight_dtype=sc.engine.weight_dtype, compute_dtype=sc.engine.compute_dtype)
     budget = token_budget(sc, model)
     allocator = make_allocator(
         sc.kv.allocator, num_blocks=plan.num_gpu_blocks, block_size=sc.kv.block_size,
@@ -127,7 +142,8 @@ def build_parts(sc: Scenario) -> EngineParts:
         victim_policy=sc.scheduler.preemption_victim,
         remaining=(remaining_output_model(sc)
                    if sc.scheduler.preemption_victim == VictimPolicy.LONGEST_REMAINING else None),
-        watermark_slots=int(sc.scheduler.watermark * plan.num_gpu_blocks * plan.block_size))
+        watermark_slots=int(sc.scheduler.watermark * plan.num_gpu_blocks * plan.block_size),
+        prefill_first=sc.engine_profile.prefill_first)
     sessions = build_workload(sc, np.random.default_rng(sc.seed))
     return EngineParts(sc, model, cal, plan, cost, budget, allocator, swap, preemptor,
                        scheduler, sessions)
@@ -146,6 +162,11 @@ class SessionDriver:
 
     def submit(self, session: SessionSpec, turn: int, now: float) -> bool:
         """Make turn ``turn`` of ``session`` arrive at ``now``; False if it was rejected."""
+        return self.scheduler.add_request(self.make(session, turn, now))
+
+    def make(self, session: SessionSpec, turn: int, now: float) -> Request:
+        """Turn ``turn`` of ``session`` as a request that arrived at ``now``, counted in
+        ``requests`` but not yet given to the scheduler (a front end may still hold it)."""
         spec = session.turns[turn]
         history = self._history.get(session.session_id)
         if history is None:
@@ -158,7 +179,7 @@ class SessionDriver:
                       max(1, min(spec.output_tokens, max_tokens)), session=session, turn=turn)
         req.prefix_len = session.prefix[1] if session.prefix is not None else 0
         self.requests.append(req)
-        return self.scheduler.add_request(req)
+        return req
 
     def next_turn(self, req: Request) -> tuple[SessionSpec, int, float] | None:
         """After ``req`` finished: (session, next turn, think time), or None if it was the last."""

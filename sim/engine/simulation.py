@@ -3,7 +3,10 @@
 Every engine step is :class:`sim.engine.step.EngineStep`'s, the same object the real engine
 drives; here its batches take the cost model's predicted time (``PredictedRunner``) and the
 clock advances by it, swaps holding the host link (a SimPy resource, so transfers
-serialize). Follow-up turns of a conversation arrive a think time after the previous answer.
+serialize). Where the engine profile has a front end (sim/engine/frontend.py), requests
+pass through its CPU before the engine sees them and every token after the engine made it;
+the client's times are stamped there. Follow-up turns of a conversation arrive a think
+time after the client received the previous answer.
 
 The run ends when no event is left: every arrival has happened and the engine has
 drained its queues (or can make no progress, which leaves requests ``in_flight``).
@@ -18,6 +21,7 @@ from typing import Callable
 import simpy
 
 from sim.config.scenario import Scenario
+from sim.engine.frontend import FrontEnd
 from sim.engine.metrics import StepLog
 from sim.engine.parts import SessionDriver, build_parts
 from sim.engine.step import EngineStep, PredictedRunner, WaitKind
@@ -57,8 +61,8 @@ class Simulation:
 
     def __init__(self, sc: Scenario, progress=None,
                  step_hook: Callable[[SchedulerOutput], None] | None = None) -> None:
-        self.sc = sc
         parts = build_parts(sc)
+        self.sc = sc = parts.sc  # as run (a model may veto a profile default)
         self.parts = parts
         self.model, self.cal, self.plan, self.cost = parts.model, parts.cal, parts.plan, parts.cost
         self.budget, self.allocator, self.swap = parts.budget, parts.allocator, parts.swap
@@ -70,6 +74,8 @@ class Simulation:
         self.env = simpy.Environment()
         self.link = simpy.Resource(self.env, capacity=1)
         self._wakeup = self.env.event()
+        profile = sc.engine_profile
+        self.frontend = FrontEnd(profile) if profile.has_frontend else None
         self.core = EngineStep(self.scheduler, self.allocator, self.driver, StepLog(),
                                PredictedRunner(self.cost), clock=lambda: self.env.now, hook=step_hook)
 
@@ -89,7 +95,19 @@ class Simulation:
     # -- requests ---------------------------------------------------------------------------
 
     def _submit(self, session: SessionSpec, turn: int) -> None:
+        if self.frontend is not None:
+            req = self.driver.make(session, turn, self.env.now)
+            self.env.process(self._through_frontend(req))
+            return
         if self.driver.submit(session, turn, self.env.now) and not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    def _through_frontend(self, req: Request):
+        """The request waits for the front end's CPU and its tokenising, then reaches the engine."""
+        ready = self.frontend.receive(self.env.now, req.num_prompt_tokens)
+        if ready > self.env.now:
+            yield self.env.timeout(ready - self.env.now)
+        if self.scheduler.add_request(req) and not self._wakeup.triggered:
             self._wakeup.succeed()
 
     def _follow_up(self, session: SessionSpec, turn: int, think_s: float):
@@ -106,7 +124,7 @@ class Simulation:
     # -- the engine loop ----------------------------------------------------------------------
 
     def _engine(self):
-        env, core, has_work = self.env, self.core, self.scheduler.has_work
+        env, core, has_work, frontend = self.env, self.core, self.scheduler.has_work, self.frontend
         compute = WaitKind.COMPUTE
         while True:
             if not has_work():
@@ -119,14 +137,18 @@ class Simulation:
                 else:
                     yield from self._transfer(wait.seconds)
             after = core.end(step, env.now)
+            delay = 0.0  # from the engine's answer to the client's (the front end streams it)
+            if frontend is not None and step.ran:
+                frontend.stream(env.now, step.out.scheduled, after.finished)
+                delay = frontend.free_at - env.now if frontend.free_at > env.now else 0.0
             if not step.ran:
                 if after.retry:
                     continue  # a preemption freed memory (after its swap-out): try again at once
                 self._wakeup = env.event()
                 yield self._wakeup  # nothing can run until something arrives
                 continue
-            for follow in after.follow_ups:
-                env.process(self._follow_up(*follow))
+            for session, turn, think_s in after.follow_ups:
+                env.process(self._follow_up(session, turn, think_s + delay))
             if self.progress is not None:
                 sched = self.scheduler
                 self.progress(env.now, len(sched.finished) + len(sched.rejected), len(self.requests))

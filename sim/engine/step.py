@@ -89,6 +89,7 @@ class StepEnd:
 
     retry: bool = False  # nothing ran, but a preemption freed memory: schedule again at once
     follow_ups: list[tuple] = field(default_factory=list)  # (session, turn, think time) to arrive
+    finished: list = field(default_factory=list)  # requests that finished in the step
 
 
 class EngineStep:
@@ -149,7 +150,7 @@ class EngineStep:
             follow = self.driver.next_turn(req)
             if follow is not None:
                 follow_ups.append(follow)
-        return StepEnd(follow_ups=follow_ups)
+        return StepEnd(follow_ups=follow_ups, finished=finished)
 
 
 _NOTHING_TO_DO = StepEnd()  # shared by the many steps that finish no request (never mutated)

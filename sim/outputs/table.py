@@ -52,7 +52,8 @@ def print_summary(s: dict, out_dir: Path, report: bool = True) -> None:
     pol = s["policies"]
     lines = [
         f"policies     {pol['allocator']}{' +prefix-cache' if pol['prefix_caching'] else ''}, "
-        f"block {pol['block_size']}, {pol['batching']}, preempt by {pol['preemption']}",
+        f"block {pol['block_size']}, {pol['batching']}, preempt by {pol['preemption']}"
+        + (f"; engine {s['profile']['profile']}" if "profile" in s else ""),
         f"requests     arrived {r['arrived']}, completed {r['completed']}, rejected {r['rejected']} "
         f"({reasons}), in flight {r['in_flight']}",
         f"throughput   {s['throughput']['requests_per_s']:.2f} req/s, "

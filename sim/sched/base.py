@@ -24,7 +24,8 @@ class SchedulerBase:
     def __init__(self, allocator, preemptor: Preemptor, *, max_num_seqs: int,
                  max_num_batched_tokens: int, max_model_len: int, reject_when_full: bool,
                  victim_policy: VictimPolicy = VictimPolicy.LIFO,
-                 remaining: RemainingOutputModel | None = None, watermark_slots: int = 0) -> None:
+                 remaining: RemainingOutputModel | None = None, watermark_slots: int = 0,
+                 prefill_first: bool = False) -> None:
         self.allocator = allocator
         self.preemptor = preemptor
         self.max_num_seqs = max_num_seqs
@@ -34,6 +35,7 @@ class SchedulerBase:
         self.victim_policy = victim_policy
         self.remaining = remaining
         self.watermark_slots = watermark_slots  # kept free at admission (vLLM V0's watermark)
+        self.prefill_first = prefill_first  # vLLM V0: admitted prompts run in prefill-only steps
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.swapped: deque[Request] = deque()

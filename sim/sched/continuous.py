@@ -13,6 +13,10 @@ vLLM v1's rules, over one token budget (``max_num_batched_tokens``) per step:
 
 ``chunked=False`` (``continuous``): a prompt is prefilled whole in one step, so a waiting
 request whose prompt exceeds the remaining budget waits for the next step.
+``prefill_first`` (vLLM V0's default scheduler, unchunked only): when waiting prompts can
+be admitted, the step runs those prefills alone and the running decodes wait a step
+(prefill-only steps stall token generation; the engine profile ``vllm-v0`` sets it).
+
 ``chunked=True`` (``chunked-prefill``): prompts are split to fill the budget, and running
 decodes are served before running prefill chunks (decodes first, as Sarathi-Serve and
 vLLM's chunked prefill do), so long prompts do not stall token generation.
@@ -74,6 +78,10 @@ class ContinuousScheduler(SchedulerBase):
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput(budget=self.allocator.budget)
+        if self.prefill_first and self.waiting and not self.swapped and not self.chunked:
+            self._admit_waiting(out, self.max_num_batched_tokens, False)
+            if out.scheduled:
+                return out  # a prefill-only step
         budget = self._schedule_running(out, self.max_num_batched_tokens)
         if not out.preempted:
             if self.swapped:  # (both phases do nothing on an empty queue)

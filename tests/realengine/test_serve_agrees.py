@@ -24,7 +24,7 @@ CASES = {
     # batches that only swap requests out
     "swap-only batches": ({
         "name": "swap-only", "seed": 1, "model": "tiny-llama", "gpu": "a100-80gb",
-        "engine": {"max_model_len": 256, "num_gpu_blocks_override": 24},
+        "engine": {"profile": "eager", "max_model_len": 256, "num_gpu_blocks_override": 24},
         "kv": {"allocator": "paged", "block_size": 16},
         "scheduler": {"policy": "continuous", "preemption": "swap", "preemption_victim": "longest-remaining"},
         "workload": {"num_requests": 40, "arrival": {"type": "poisson", "rate": 200.0},

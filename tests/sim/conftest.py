@@ -46,7 +46,8 @@ def make_request():
 
 
 def base_scenario(**sections) -> dict:
-    """A tiny world as a raw scenario mapping: tiny-llama, 11 blocks of 16 tokens, mml 160.
+    """A tiny world as a raw scenario mapping: tiny-llama, 11 blocks of 16 tokens, mml 160,
+    the plain (``eager``) engine profile: step times are the cost model's, nothing around them.
 
     ``engine``, ``kv``, ``scheduler`` update those sections key by key; any other key,
     ``workload`` included, replaces the default outright.
@@ -56,7 +57,7 @@ def base_scenario(**sections) -> dict:
         "seed": 1,
         "model": "tiny-llama",
         "gpu": "a100-80gb",
-        "engine": {"max_model_len": 160, "num_gpu_blocks_override": 11},
+        "engine": {"profile": "eager", "max_model_len": 160, "num_gpu_blocks_override": 11},
         "kv": {"allocator": "paged", "block_size": 16},
         "scheduler": {"policy": "continuous"},
         "workload": {

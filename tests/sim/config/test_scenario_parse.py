@@ -18,14 +18,31 @@ def parse(**data):
     return parse_scenario({"workload": WORKLOAD, **data}, "/tmp/kvsim-test/s.yaml")
 
 
-def test_defaults_are_vllms() -> None:
+def test_defaults_are_the_current_vllms() -> None:
     sc = parse()
+    assert sc.engine.profile == "vllm-v1"
     assert sc.kv.allocator is AllocatorKind.PAGED and sc.kv.block_size == 16
-    assert not sc.kv.prefix_caching
+    assert sc.kv.prefix_caching
     assert sc.engine.gpu_memory_utilization == 0.9
-    assert sc.scheduler.policy is BatchingPolicy.CONTINUOUS
+    assert sc.scheduler.policy is BatchingPolicy.CHUNKED_PREFILL
     assert sc.scheduler.preemption is PreemptionMode.RECOMPUTE
     assert sc.scheduler.when_kv_full is WhenKVFull.QUEUE
+    assert sc.profile_defaults == ("scheduler.policy", "kv.prefix_caching")
+
+
+def test_the_eager_profile_keeps_kvsims_plain_defaults() -> None:
+    sc = parse(engine={"profile": "eager"})
+    assert not sc.kv.prefix_caching and sc.scheduler.policy is BatchingPolicy.CONTINUOUS
+    assert sc.profile_defaults == ()
+
+
+def test_keys_the_user_set_win_over_the_profile() -> None:
+    sc = parse(scheduler={"policy": "continuous"}, kv={"prefix_caching": False})
+    assert not sc.kv.prefix_caching and sc.scheduler.policy is BatchingPolicy.CONTINUOUS
+    assert sc.profile_defaults == ()
+    # a profile cannot switch prefix caching on where the allocator cannot have it
+    sc = parse(kv={"allocator": "contiguous-static"})
+    assert not sc.kv.prefix_caching and "kv.prefix_caching" not in sc.profile_defaults
 
 
 @pytest.mark.parametrize("policy, mml, expected", [
@@ -44,7 +61,8 @@ def test_explicit_token_budget_wins() -> None:
 
 def test_budget_below_max_model_len_needs_chunking() -> None:
     with pytest.raises(ConfigError) as exc:
-        parse(engine={"max_model_len": 4096}, scheduler={"max_num_batched_tokens": 1024})
+        parse(engine={"max_model_len": 4096},
+              scheduler={"policy": "continuous", "max_num_batched_tokens": 1024})
     assert exc.value.key == "scheduler.max_num_batched_tokens"
     assert "chunked-prefill" in exc.value.message
 

@@ -334,3 +334,17 @@ def test_zipf_popularity_favours_the_first_system_prompts(scenario_dict) -> None
     expected = 4000 * weights / weights.sum()
     assert counts[0] > counts[4] > counts[9]
     assert np.all(np.abs(counts - expected) < 5 * np.sqrt(expected) + 5)
+
+
+def test_a_profiles_prefix_caching_default_yields_to_a_sliding_window(tmp_path, capsys) -> None:
+    """vllm-v1 turns prefix caching on by default, but not where the model's window forbids it."""
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "model: mistral-7b\nengine: {profile: vllm-v1, max_model_len: 8192}\n"
+        "workload: {num_requests: 2, arrival: {type: constant, rate: 1.0},\n"
+        "  prompt_tokens: {type: fixed, value: 10}, output_tokens: {type: fixed, value: 10}}\n")
+    assert main(["run", str(path), "--out", str(tmp_path / "o"), "--quiet", "--no-report"]) == 0
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["policies"]["prefix_caching"] is False
+    assert summary["policies"]["batching"] == "chunked-prefill"  # the other default stands
+    assert summary["requests"]["completed"] == 2

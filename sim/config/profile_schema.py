@@ -1,0 +1,67 @@
+"""The scenario's engine profile keys: ``engine.profile`` and ``engine.profile_overrides``,
+and the batching defaults a profile sets (sim/cost/profile.py holds the profiles)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sim.config.limits import nonneg_float, nonneg_int
+from sim.cost.profile import DEFAULT_PROFILE, PROFILES, GraphMode, OutputProcessing, ProfileName
+
+
+class ProfileOverrides(BaseModel):
+    """Numbers of the profile replaced for this scenario (unset keys keep the profile's)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    graph_mode: Annotated[GraphMode, Field(strict=False)] | None = None
+    max_graph_size: nonneg_int("engine.profile_overrides.max_graph_size") | None = None
+    step_host_s: nonneg_float("engine.profile_overrides.step_host_s") | None = None
+    seq_host_s: nonneg_float("engine.profile_overrides.seq_host_s") | None = None
+    async_scheduling: bool | None = None
+    prefill_first: bool | None = None
+    output_processing: Annotated[OutputProcessing, Field(strict=False)] | None = None
+    frontend_request_s: nonneg_float("engine.profile_overrides.frontend_request_s") | None = None
+    frontend_prompt_token_s: nonneg_float("engine.profile_overrides.frontend_prompt_token_s") | None = None
+    frontend_token_s: nonneg_float("engine.profile_overrides.frontend_token_s") | None = None
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+ProfileChoice = Annotated[ProfileName, Field(strict=False)]
+ProfileNameLiteral = Literal["eager", "vllm-v1", "vllm-v0", "sglang", "trtllm"]
+
+
+def apply_profile_defaults(data: Any) -> Any:
+    """Fill the batching defaults of the scenario's profile into a raw scenario mapping:
+    ``scheduler.policy`` (chunked-prefill where the profile chunks) and ``kv.prefix_caching``
+    (on where the profile caches prefixes and the allocator and token eviction allow it).
+    Keys the user set are left alone; anything malformed is left to validation. The keys
+    filled go in ``profile_defaults`` (a model may still veto them: sim/engine/parts.py)."""
+    if not isinstance(data, dict):
+        return data
+    if "profile_defaults" in data:  # set here only, never by a file
+        return {**data, "profile_defaults": "<not a scenario key>"}
+    engine = data.get("engine")
+    name = engine.get("profile", DEFAULT_PROFILE) if isinstance(engine, dict) else DEFAULT_PROFILE
+    profile = PROFILES.get(name) if isinstance(name, str) else None
+    if profile is None:
+        return data
+    out = dict(data)
+    filled = []
+    sched = out.get("scheduler", {})
+    if isinstance(sched, dict) and "policy" not in sched and profile.chunked_prefill:
+        out["scheduler"] = {**sched, "policy": "chunked-prefill"}
+        filled.append("scheduler.policy")
+    kv = out.get("kv", {})
+    if isinstance(kv, dict) and "prefix_caching" not in kv and profile.prefix_caching:
+        eviction = kv.get("token_eviction")
+        evicts = isinstance(eviction, dict) and eviction.get("policy", "none") != "none"
+        if kv.get("allocator", "paged") == "paged" and not evicts:
+            out["kv"] = {**kv, "prefix_caching": True}
+            filled.append("kv.prefix_caching")
+    out["profile_defaults"] = tuple(filled)
+    return out

@@ -1,0 +1,234 @@
+"""Engine profiles: how a real serving engine spends each step around its kernels.
+
+The kernels of a step cost the same in every engine; what differs is the work around
+them. ``eager`` is kvsim's original model: every kernel launched from the host one by
+one, plus the calibration's fixed ``step_overhead_s``. Real engines hide most launches by
+replaying CUDA graphs captured at start-up for a set of batch sizes (a batch is padded up
+to the next captured size), spend host (CPU) time per step and per sequence on scheduling,
+preparing inputs and sampling, may overlap that host time with the GPU's work on the
+previous step (async scheduling), and run a front end (tokenise, detokenise, stream) on
+CPU cores of its own. A profile holds those choices and numbers; ``ProfiledCost`` applies
+them around a cost model built without the calibration's step overhead:
+
+    device_s = graph replay (launches hidden, batch padded) if the step's batch is captured,
+               else the eager kernel sum (a launch per kernel)
+    host_s   = step_host_s + seq_host_s x sequences in the step
+               (+ frontend_token_s x sequences where output processing runs inline)
+    step_s   = max(device_s, host_s) with async scheduling, else device_s + host_s
+
+Graph modes: ``decode`` captures pure-decode batches only (vLLM V0, SGLang, TensorRT-LLM);
+``full-and-piecewise`` (vLLM V1's default ``cudagraph_mode``) also replays mixed and
+prefill steps of up to the largest captured size in tokens as piecewise graphs, with the
+attention kernels launched eagerly between the pieces.
+
+Where each default comes from is written next to it in ``PROFILES``; the host-time
+numbers are fitted over the published cases in benchmarks/published (never to one case).
+Pure: no SimPy, no I/O.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sim.cost.shape import BatchShape
+
+
+class ProfileName(StrEnum):
+    EAGER = "eager"
+    VLLM_V1 = "vllm-v1"
+    VLLM_V0 = "vllm-v0"
+    SGLANG = "sglang"
+    TRTLLM = "trtllm"
+
+
+class GraphMode(StrEnum):
+    NONE = "none"  # every kernel launched from the host
+    DECODE = "decode"  # pure-decode batches replay a full graph
+    FULL_AND_PIECEWISE = "full-and-piecewise"  # + mixed/prefill steps as piecewise graphs
+
+
+class OutputProcessing(StrEnum):
+    """Where output tokens are detokenised and streamed (``frontend_token_s`` each)."""
+
+    SEPARATE = "separate"  # the front end's own process: overlaps the engine loop, queues when saturated
+    INLINE = "inline"  # in the engine loop: its time adds to every step
+
+
+def vllm_capture_sizes(max_num_seqs: int) -> tuple[int, ...]:
+    """vLLM V1's default ``cudagraph_capture_sizes``: 1, 2, 4, multiples of 8 below 256, then
+    multiples of 16 up to min(2 x max_num_seqs, 512) (vllm/config, ``set_cudagraph_sizes``)."""
+    top = min(2 * max_num_seqs, 512)
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16)]
+    return tuple(s for s in sizes if s <= top)
+
+
+def v0_capture_sizes(max_num_seqs: int) -> tuple[int, ...]:
+    """vLLM V0's ``_BATCH_SIZES_TO_CAPTURE`` (1, 2, 4, 8, 16, ..., 256), capped at max_num_seqs
+    rounded up to a captured size."""
+    sizes = [1, 2, 4, *range(8, 257, 8)]
+    keep = [s for s in sizes if s < max_num_seqs]
+    return tuple(keep + [s for s in sizes if s >= max_num_seqs][:1])
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """One engine's step model (module docstring). Times in seconds."""
+
+    name: str
+    graph_mode: GraphMode = GraphMode.NONE
+    max_graph_size: int = 0  # largest captured batch (0: the engine's rule from max_num_seqs)
+    step_host_s: float = 0.0  # host time per step: scheduling, input preparation, sampling
+    seq_host_s: float = 0.0  # host time per sequence in the step
+    async_scheduling: bool = False  # host work overlaps the device's (step = max, not sum)
+    prefill_first: bool = False  # vLLM V0: waiting prompts run in prefill-only steps first
+    chunked_prefill: bool = False  # default batching policy: chunked-prefill (else continuous)
+    prefix_caching: bool = False  # default of kv.prefix_caching
+    output_processing: OutputProcessing = OutputProcessing.SEPARATE
+    frontend_request_s: float = 0.0  # per request: HTTP handling, tokenising, bookkeeping
+    frontend_prompt_token_s: float = 0.0  # per prompt token: tokenising
+    frontend_token_s: float = 0.0  # per output token: detokenising and streaming
+    uses_calibration_overhead: bool = False  # eager: the calibration's step_overhead_s is the host time
+
+    @property
+    def is_eager(self) -> bool:
+        """True when the step model is kvsim's original one (no wrapper needed)."""
+        return self.graph_mode is GraphMode.NONE and self.uses_calibration_overhead
+
+    @property
+    def has_frontend(self) -> bool:
+        """True when requests pass through a modelled front end (its own CPU resource)."""
+        streams = self.frontend_token_s > 0 and self.output_processing is OutputProcessing.SEPARATE
+        return streams or self.frontend_request_s > 0 or self.frontend_prompt_token_s > 0
+
+    def capture_sizes(self, max_num_seqs: int) -> tuple[int, ...]:
+        """The batch sizes the engine captures graphs for (empty without graphs)."""
+        if self.graph_mode is GraphMode.NONE:
+            return ()
+        rule = v0_capture_sizes if self.name == ProfileName.VLLM_V0 else vllm_capture_sizes
+        sizes = rule(max_num_seqs if self.max_graph_size <= 0 else self.max_graph_size)
+        if self.max_graph_size > 0:
+            sizes = tuple(s for s in sizes if s <= self.max_graph_size) or (self.max_graph_size,)
+        return sizes
+
+    def with_overrides(self, overrides: dict) -> EngineProfile:
+        """This profile with some fields replaced (scenario ``engine.profile_overrides``)."""
+        if not overrides:
+            return self
+        values = dict(overrides)
+        for key, enum in (("graph_mode", GraphMode), ("output_processing", OutputProcessing)):
+            if key in values:
+                values[key] = enum(values[key])
+        return dataclasses.replace(self, **values)
+
+
+#: Host time of a vLLM-like Python engine loop, fitted over the published step-latency and
+#: latency-under-load cases (benchmarks/published, benchmarks/fit_host_time.py).
+_PY_STEP_HOST_S = 1.5e-3
+_PY_SEQ_HOST_S = 15e-6
+#: Front-end costs (fitted the same way).
+_FRONTEND_REQUEST_S = 1.0e-3
+_FRONTEND_TOKEN_S = 20e-6
+
+PROFILES: dict[str, EngineProfile] = {
+    ProfileName.EAGER: EngineProfile(ProfileName.EAGER, uses_calibration_overhead=True),
+    # vLLM >= 0.11 (V1 engine): cudagraph_mode FULL_AND_PIECEWISE, chunked prefill and prefix
+    # caching on, front end (API server) in its own process, async scheduling opt-in.
+    ProfileName.VLLM_V1: EngineProfile(
+        ProfileName.VLLM_V1, graph_mode=GraphMode.FULL_AND_PIECEWISE, step_host_s=_PY_STEP_HOST_S,
+        seq_host_s=_PY_SEQ_HOST_S, chunked_prefill=True, prefix_caching=True,
+        frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S),
+    # vLLM 0.5-0.6 (V0 engine): prefill-first scheduling, graphs for decode batches up to 256,
+    # output processing in the engine loop.
+    ProfileName.VLLM_V0: EngineProfile(
+        ProfileName.VLLM_V0, graph_mode=GraphMode.DECODE, step_host_s=_PY_STEP_HOST_S,
+        seq_host_s=_PY_SEQ_HOST_S, prefill_first=True, output_processing=OutputProcessing.INLINE,
+        frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S),
+    # SGLang: decode graphs (cuda_graph_max_bs; its default depends on the GPU, 160 taken),
+    # the overlap scheduler (host work hidden behind the previous step), chunked prefill,
+    # radix (prefix) cache, tokenizer and detokenizer in processes of their own.
+    ProfileName.SGLANG: EngineProfile(
+        ProfileName.SGLANG, graph_mode=GraphMode.DECODE, max_graph_size=160, step_host_s=_PY_STEP_HOST_S,
+        seq_host_s=_PY_SEQ_HOST_S, async_scheduling=True, chunked_prefill=True, prefix_caching=True,
+        frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S),
+    # TensorRT-LLM: in-flight batching in a C++ executor (small host time per step), decode
+    # graphs, overlapped scheduling, KV block reuse on, chunked context off.
+    ProfileName.TRTLLM: EngineProfile(
+        ProfileName.TRTLLM, graph_mode=GraphMode.DECODE, step_host_s=_PY_STEP_HOST_S / 10,
+        seq_host_s=_PY_SEQ_HOST_S / 10, async_scheduling=True, prefix_caching=True,
+        frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S),
+}
+
+#: The profile a scenario without ``engine.profile`` models: the current vLLM release.
+DEFAULT_PROFILE = ProfileName.VLLM_V1
+
+#: Keys a scenario's ``engine.profile_overrides`` may set.
+OVERRIDABLE = tuple(f.name for f in dataclasses.fields(EngineProfile)
+                    if f.name not in ("name", "uses_calibration_overhead", "chunked_prefill",
+                                      "prefix_caching"))
+
+
+class ProfiledCost:
+    """A cost model's step time under an engine profile (module docstring).
+
+    ``eager`` and ``graph`` are the same cost model built without the calibration's step
+    overhead, ``graph`` also without kernel launches. ``attention_launch_s``: the kernels a
+    piecewise graph leaves to the host (one attention kernel per layer).
+    """
+
+    def __init__(self, eager, graph, profile: EngineProfile, capture_sizes: tuple[int, ...],
+                 attention_launch_s: float) -> None:
+        self.eager, self.graph, self.profile = eager, graph, profile
+        self.sizes = tuple(sorted(capture_sizes))
+        self.max_size = self.sizes[-1] if self.sizes else 0
+        self.attention_launch_s = attention_launch_s
+        self.model_name, self.calibration_name = eager.model_name, eager.calibration_name
+        self.kv_dtype = eager.kv_dtype
+        self._piecewise = profile.graph_mode is GraphMode.FULL_AND_PIECEWISE
+        self.step_host_s = profile.step_host_s
+        self.seq_host_s = profile.seq_host_s + (
+            profile.frontend_token_s if profile.output_processing is OutputProcessing.INLINE else 0.0)
+
+    @property
+    def composition(self):
+        return self.eager.composition
+
+    def without_composition(self):
+        return self
+
+    def _padded(self, n: int) -> int:
+        return self.sizes[bisect.bisect_left(self.sizes, n)]
+
+    def device_time_s(self, shape: BatchShape, idle_before_s: float = 0.0) -> float:
+        """The GPU's time for the step: a graph replay where the batch is captured, else eager."""
+        n, m = shape.num_seqs, shape.num_prefill_tokens + shape.num_decode_tokens
+        if shape.num_prefill_tokens == 0 and 0 < n <= self.max_size:
+            pad = self._padded(n) - n
+            padded = shape._replace(num_seqs=n + pad, num_decode_tokens=shape.num_decode_tokens + pad)
+            return self.graph.step_time_s(padded, idle_before_s)
+        if self._piecewise and 0 < m <= self.max_size:
+            pad = self._padded(m) - m
+            padded = shape._replace(num_decode_tokens=shape.num_decode_tokens + pad)
+            return self.graph.step_time_s(padded, idle_before_s) + self.attention_launch_s
+        return self.eager.step_time_s(shape, idle_before_s)
+
+    def host_time_s(self, shape: BatchShape) -> float:
+        """Host time of the engine loop: per step, per sequence, and inline output processing."""
+        return self.step_host_s + self.seq_host_s * shape.num_seqs
+
+    def step_time_s(self, shape: BatchShape, idle_before_s: float = 0.0) -> float:
+        if shape.num_prefill_tokens + shape.num_decode_tokens <= 0:
+            return 0.0
+        device = self.device_time_s(shape, idle_before_s)
+        host = self.host_time_s(shape)
+        if self.profile.async_scheduling:
+            return device if device > host else host
+        return device + host
+
+    def swap_time_s(self, num_bytes: float, num_copies: int = 1) -> float:
+        return self.eager.swap_time_s(num_bytes, num_copies)
+
+    def staging_time_s(self, num_bytes: float, num_launches: int = 1) -> float:
+        return self.eager.staging_time_s(num_bytes, num_launches)

@@ -1,0 +1,77 @@
+"""The front end's CPU (sim/engine/frontend.py) and vLLM V0's prefill-first steps, end to end."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.config.scenario import parse_scenario
+from sim.cost.profile import PROFILES
+from sim.engine.frontend import FrontEnd
+from sim.engine.metrics import request_latencies, summarize
+from sim.engine.simulation import Simulation
+
+
+def test_the_front_end_is_one_cpu_serving_in_arrival_order() -> None:
+    fe = FrontEnd(PROFILES["vllm-v1"].with_overrides({"frontend_request_s": 1.0, "frontend_prompt_token_s": 0.0}))
+    assert fe.receive(0.0, 10) == 1.0
+    assert fe.receive(0.5, 10) == 2.0  # waits for the first job
+    assert fe.receive(5.0, 10) == 6.0  # idle in between
+    assert fe.busy_s == 3.0
+
+
+def _run(scenario_dict, tmp_path, scheduler=None, **engine):
+    data = scenario_dict(engine={"num_gpu_blocks_override": 60, **engine}, scheduler=scheduler or {},
+                         workload={"num_requests": 30, "arrival": {"type": "poisson", "rate": 40.0},
+                                   "prompt_tokens": {"type": "uniform", "low": 8, "high": 60},
+                                   "output_tokens": {"type": "uniform", "low": 2, "high": 40}})
+    sim = Simulation(parse_scenario(data, str(tmp_path / "s.yaml")))
+    result = sim.run()
+    return result, summarize(result)
+
+
+def test_clients_see_the_tokens_after_the_front_end_streamed_them(scenario_dict, tmp_path) -> None:
+    result, summary = _run(scenario_dict, tmp_path, profile="vllm-v1")
+    r = summary["requests"]
+    assert r["arrived"] == 30 == r["completed"] + r["rejected"] + r["in_flight"] and r["completed"] == 30
+    assert summary["profile"]["latencies_seen_by"] == "client"
+    for req in result.requests:
+        assert req.client_first_s >= req.first_token_s and req.client_last_s >= req.finish_s
+        ttft, _, e2e = request_latencies(req)
+        assert ttft == pytest.approx(req.client_first_s - req.arrival_s)
+        assert e2e == pytest.approx(req.client_last_s - req.arrival_s)
+        assert req.admitted_s >= req.arrival_s + PROFILES["vllm-v1"].frontend_request_s - 1e-12
+
+
+def test_a_saturated_front_end_slows_the_client_not_the_engine(scenario_dict, tmp_path) -> None:
+    fast, s_fast = _run(scenario_dict, tmp_path, profile="vllm-v1", profile_overrides={"frontend_token_s": 1e-6})
+    slow, s_slow = _run(scenario_dict, tmp_path, profile="vllm-v1", profile_overrides={"frontend_token_s": 0.05})
+    def engine_tpot_p50(res):
+        tpots = sorted((r.last_token_s - r.first_token_s) / (r.num_output_tokens - 1)
+                       for r in res.requests if r.num_output_tokens > 1)
+        return tpots[len(tpots) // 2]
+
+    # The engine's own token times barely move (the front end runs on a CPU of its own; it
+    # only hands new requests over later, behind its streaming work); the client's grow.
+    assert engine_tpot_p50(slow) == pytest.approx(engine_tpot_p50(fast), rel=0.5)
+    assert s_slow["tpot_s"]["p50"] > 5 * s_fast["tpot_s"]["p50"]
+    assert s_slow["tpot_s"]["p50"] > 5 * engine_tpot_p50(slow)
+    assert s_slow["e2e_s"]["p90"] > s_fast["e2e_s"]["p90"]
+
+
+def test_inline_output_processing_slows_the_engine_itself(scenario_dict, tmp_path) -> None:
+    base = {"step_host_s": 0.0, "seq_host_s": 0.0, "frontend_request_s": 0.0}
+    _, a = _run(scenario_dict, tmp_path, profile="vllm-v0", profile_overrides={**base, "frontend_token_s": 0.0})
+    _, b = _run(scenario_dict, tmp_path, profile="vllm-v0", profile_overrides={**base, "frontend_token_s": 0.01})
+    assert a["profile"]["latencies_seen_by"] == b["profile"]["latencies_seen_by"] == "engine"
+    assert b["engine"]["busy_s"] > a["engine"]["busy_s"] + 0.01 * 30  # at least one token each
+
+
+def test_vllm_v0_runs_admitted_prompts_in_prefill_only_steps(scenario_dict, tmp_path) -> None:
+    v0, _ = _run(scenario_dict, tmp_path, profile="vllm-v0", scheduler={"policy": "continuous"})
+    v1ish, _ = _run(scenario_dict, tmp_path, profile="vllm-v0", scheduler={"policy": "continuous"},
+                    profile_overrides={"prefill_first": False})
+    steps, other = v0.steps.array(), v1ish.steps.array()
+    mixed = lambda s: int(((s["num_prefill_tokens"] > 0) & (s["num_decode_tokens"] > 0)).sum())  # noqa: E731
+    assert mixed(steps) == 0 < mixed(other)  # prefill-first never mixes a prompt with decodes
+    assert int((steps["num_prefill_tokens"] > 0).sum()) > 0
+    assert len(v0.scheduler.finished) == 30

@@ -1,0 +1,103 @@
+"""Engine profiles around the cost model (sim/cost/profile.py): graphs, padding, host time."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sim.calib.calibration import load_calibration
+from sim.cost.build import build_cost_model, build_profiled_cost
+from sim.cost.profile import PROFILES, GraphMode, ProfiledCost, vllm_capture_sizes, v0_capture_sizes
+from sim.cost.shape import BatchShape
+from sim.model.hf_config import load_model
+
+MODEL = load_model("llama-3-8b")
+CAL = load_calibration("h100-sxm")
+
+
+def cost(profile: str, max_num_seqs: int = 256, **overrides):
+    return build_profiled_cost(MODEL, CAL, PROFILES[profile].with_overrides(overrides), max_num_seqs=max_num_seqs)
+
+
+def test_vllms_capture_sizes_follow_its_rule() -> None:
+    sizes = vllm_capture_sizes(256)
+    assert sizes[:5] == (1, 2, 4, 8, 16) and sizes[-1] == 512 and 248 in sizes and 264 not in sizes
+    assert all(b % 16 == 0 for b in sizes if b >= 256)
+    assert vllm_capture_sizes(4) == (1, 2, 4, 8)  # min(2 x max_num_seqs, 512)
+    assert v0_capture_sizes(256)[-1] == 256 and v0_capture_sizes(20) == (1, 2, 4, 8, 16, 24)
+
+
+def test_eager_is_the_plain_cost_model() -> None:
+    plain = build_cost_model(MODEL, CAL)
+    assert cost("eager") == plain  # not wrapped: the same numbers as ever
+
+
+def test_a_graph_replay_hides_the_launches_and_the_fixed_step_overhead() -> None:
+    shape = BatchShape.decode(1, 1000)
+    eager, v1 = cost("eager").step_time_s(shape), cost("vllm-v1").step_time_s(shape)
+    launches = CAL.kernel_launch_s * MODEL.num_layers * 6
+    assert v1 < eager - launches  # the launches and the calibration's 2 ms overhead are gone
+    p = PROFILES["vllm-v1"]
+    floor = cost("vllm-v1").graph.step_time_s(shape)
+    assert v1 == pytest.approx(floor + p.step_host_s + p.seq_host_s)
+
+
+def test_a_decode_batch_is_padded_to_the_next_captured_size() -> None:
+    c = cost("vllm-v1", step_host_s=0.0, seq_host_s=0.0)
+    assert isinstance(c, ProfiledCost)
+    t = {n: c.step_time_s(BatchShape.decode(n, 100)) for n in (9, 16)}
+    padded = c.graph.step_time_s(BatchShape(num_seqs=16, num_prefill_tokens=0, num_decode_tokens=16,
+                                            decode_kv_tokens=900, prefill_attn_pairs=0, prefill_kv_tokens=0,
+                                            num_prefill_seqs=0))
+    assert t[9] == pytest.approx(padded)  # 9 sequences run the graph captured for 16
+    # beyond the largest captured size the step runs eagerly, with its launches
+    big = BatchShape.decode(600, 500)
+    assert c.step_time_s(big) == pytest.approx(c.eager.step_time_s(big))
+
+
+def test_piecewise_graphs_serve_mixed_steps_up_to_the_largest_size() -> None:
+    v1 = cost("vllm-v1", step_host_s=0.0, seq_host_s=0.0)
+    v0 = cost("vllm-v0", step_host_s=0.0, seq_host_s=0.0, frontend_token_s=0.0)
+    mixed = BatchShape(num_seqs=5, num_prefill_tokens=200, num_decode_tokens=4, decode_kv_tokens=4000,
+                       prefill_attn_pairs=200 * 100.5, prefill_kv_tokens=200, num_prefill_seqs=1)
+    assert v1.step_time_s(mixed) < v0.step_time_s(mixed)  # v0 runs mixed steps eagerly
+    assert v0.step_time_s(mixed) == pytest.approx(v0.eager.step_time_s(mixed))
+    prefill = BatchShape.prefill(4000)  # more tokens than any captured size: eager in both
+    assert v1.step_time_s(prefill) == pytest.approx(v1.eager.step_time_s(prefill))
+
+
+def test_async_scheduling_overlaps_host_and_device() -> None:
+    shape = BatchShape.decode(64, 64 * 500)
+    sync = cost("vllm-v1", step_host_s=2e-3, seq_host_s=0.0)
+    overlapped = cost("vllm-v1", step_host_s=2e-3, seq_host_s=0.0, async_scheduling=True)
+    device = sync.device_time_s(shape)
+    assert sync.step_time_s(shape) == pytest.approx(device + 2e-3)
+    assert overlapped.step_time_s(shape) == pytest.approx(max(device, 2e-3))
+    slow_host = cost("vllm-v1", step_host_s=1.0, seq_host_s=0.0, async_scheduling=True)
+    assert slow_host.step_time_s(shape) == pytest.approx(1.0)  # host-bound: the host's time
+
+
+def test_inline_output_processing_charges_each_sequence_in_the_step() -> None:
+    a = cost("vllm-v0", frontend_token_s=0.0)
+    b = cost("vllm-v0", frontend_token_s=1e-4)
+    shape = BatchShape.decode(32, 32 * 100)
+    assert b.step_time_s(shape) - a.step_time_s(shape) == pytest.approx(32 * 1e-4)
+
+
+def test_no_graphs_means_launches_but_still_the_profiles_host_time() -> None:
+    c = cost("vllm-v1", graph_mode="none", step_host_s=1e-3, seq_host_s=0.0)
+    shape = BatchShape.decode(1, 100)
+    no_host = build_cost_model(MODEL, dataclasses.replace(CAL, step_overhead_s=0.0))
+    assert c.step_time_s(shape) == pytest.approx(no_host.step_time_s(shape) + 1e-3)
+    assert PROFILES["vllm-v1"].with_overrides({"graph_mode": "none"}).graph_mode is GraphMode.NONE
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_every_profile_is_monotone_in_the_batch(profile) -> None:
+    c = cost(profile)
+    times = [c.step_time_s(BatchShape.decode(n, 1000 * n)) for n in (1, 2, 8, 64, 256, 1024)]
+    assert all(t > 0 for t in times)
+    # padding to captured sizes can make neighbours equal, never a bigger batch faster
+    assert times == sorted(times)
+    assert c.step_time_s(BatchShape.decode(0, 0)) == 0.0
