@@ -1,0 +1,111 @@
+"""The published-results suite (benchmarks/published): every case is well-formed and loads
+through the real scenario loader, and the runner runs cases end to end."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SUITE_DIR = REPO / "benchmarks" / "published"
+
+
+def _load(name: str, file: str):
+    if str(SUITE_DIR) not in sys.path:
+        sys.path.insert(0, str(SUITE_DIR))
+    spec = importlib.util.spec_from_file_location(name, SUITE_DIR / file)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up by name
+    spec.loader.exec_module(mod)
+    return mod
+
+
+suite = _load("suite", "suite.py")  # the name run.py imports it by
+runner = _load("published_run", "run.py")
+
+CASES = suite.load_cases()
+STEP_CASE = "gptfast-llama2-7b-a100-base-bs1"
+MEMORY_CASE = "vllm-llama2-7b-a100-80gb-gpu-blocks"
+
+
+def test_enough_runnable_cases_per_family():
+    runnable = [c for c in CASES if c.runnable]
+    assert len(runnable) >= 24
+    need = {"step_latency": 7, "saturated_throughput": 7, "latency_under_load": 5, "memory_plan": 4}
+    for fam, least in need.items():
+        assert sum(c.family == fam for c in runnable) >= least, fam
+    assert sum(not c.runnable for c in CASES) <= 6
+    assert len({c.id for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_case_validates_and_loads_as_a_scenario(case):
+    assert case.citation["url"].startswith("https://")
+    for key in ("quote", "where", "setup"):
+        assert case.citation[key].strip()
+    assert case.value > 0 and math.isfinite(case.value)
+    assert case.metric in suite.METRICS
+    sc = suite.build_scenario(case)  # the project's own loader: ConfigError on a bad scenario
+    assert sc.name == case.id
+    assert "profile" not in case.scenario.get("engine", {})
+
+
+def test_runner_runs_a_step_latency_and_a_memory_plan_case(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    md = tmp_path / "r.md"
+    rc = runner.main(["--only", STEP_CASE, MEMORY_CASE, "--json", str(out), "--markdown", str(md), "--quiet"])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    got = {c["id"]: c for c in doc["cases"]}
+    assert set(got) == {STEP_CASE, MEMORY_CASE}
+    for c in got.values():
+        assert c["status"] == "ok"
+        assert c["simulated"] is not None and math.isfinite(c["simulated"]) and c["simulated"] > 0
+        assert math.isclose(c["signed_error"], c["simulated"] / c["published"] - 1)
+    assert got[STEP_CASE]["family"] == "step_latency"
+    assert got[MEMORY_CASE]["family"] == "memory_plan"
+    text = md.read_text()
+    assert STEP_CASE in text and "MAPE" in text
+    assert STEP_CASE in capsys.readouterr().out
+
+
+def test_not_runnable_cases_are_listed_not_run():
+    skipped = [c for c in CASES if not c.runnable]
+    if not skipped:
+        pytest.skip("no case needs a missing capability")
+    o = suite.run_case(skipped[0])
+    assert o.status == "not_runnable" and o.simulated is None
+
+
+def _write_bad(tmp_path: Path, mutate) -> Path:
+    import yaml
+
+    src = next(c for c in CASES if c.id == MEMORY_CASE).path
+    data = yaml.safe_load(src.read_text())
+    mutate(data)
+    d = tmp_path / "cases"
+    d.mkdir()
+    (d / f"{data['id']}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return d
+
+
+@pytest.mark.parametrize("mutate, key", [
+    (lambda d: d["citation"].update(quote=""), "citation.quote"),
+    (lambda d: d["citation"].pop("url"), "citation.url"),
+    (lambda d: d.update(family="vibes"), "family"),
+    (lambda d: d["published"].update(metric="speed"), "published.metric"),
+    (lambda d: d["published"].update(value=-1), "published.value"),
+    (lambda d: d.update(surprise=1), "surprise"),
+    (lambda d: d["scenario"]["engine"].update(max_model_len=-5), "engine.max_model_len"),
+])
+def test_a_bad_case_is_one_error_line_and_exit_2(tmp_path, capsys, mutate, key):
+    cases = _write_bad(tmp_path, mutate)
+    assert runner.main(["--cases", str(cases), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ")
+    assert "cases/" in err[0] and key in err[0]
