@@ -5,9 +5,13 @@ models on an A100, fp16, CUDA events; measured by the Vidur authors, microsoft/v
 license, data/profiling/compute/a100/*/mlp.csv). Steps:
 
 1. fit the GEMM model on Llama-3-8B's shapes (all TP degrees) and predict every other
-   model's shapes with the analytic form (no grid: none of their shapes was measured);
-   the target is MAPE < 8% on Llama-2-70B;
-2. fit on all eight models (5-fold by shape) and, with ``--write``, store that fit as
+   model's shapes with the analytic form (no grid: none of their shapes was measured),
+   twice: the smooth roofline form (``old``) and the form with cuBLAS's tile and wave
+   quantisation (``tiles``: sim/calib/gemm_tiles.py; the A100's 108 SMs from its datasheet,
+   the tile chosen among microbench.fit.CUBLAS_TILES by the training loss); per model and
+   the mean over the seven held-out models;
+2. the same fitted on two models (Llama-3-8B and phi-2), predicting the other six;
+3. fit on all eight models (5-fold by shape, tile form) and, with ``--write``, store that fit as
    calibrations/a100-vidur-linear.yaml, the A100-80GB datasheet giving the numbers the data
    set does not measure (memory, PCIe, copies, attention). Its raw timings are the CSV
    above (3.4 MB; not copied: rerun this script to refit).
@@ -21,16 +25,21 @@ import argparse
 import csv
 import datetime as dt
 import sys
+import time
 from pathlib import Path
 
 import yaml
 
-from microbench.fit import describe, fit, fit_kernel, mape
+from microbench.fit import GemmTiles, describe, fit, fit_kernel, mape
 from sim.calib.calibration import calibration_to_dict, load_calibration
 
 ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT.parent / "shared" / "gpu-timings" / "a100_linear_layers.csv"
 TRAIN, HELD_OUT = "meta-llama/Meta-Llama-3-8B", "meta-llama/Llama-2-70b-hf"
+SECOND = "microsoft/phi-2"  # the second training model of the two-model check
+#: NVIDIA A100 datasheet / Ampere architecture whitepaper: 108 SMs enabled on the GA100 of an A100
+A100_SMS = 108
+TILES = GemmTiles(sm_count=A100_SMS)
 
 
 def load(path: Path) -> dict[str, list[dict]]:
@@ -50,13 +59,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--csv", type=Path, default=CSV)
     ap.add_argument("--write", action="store_true", help="write calibrations/a100-vidur-linear.yaml")
     args = ap.parse_args(argv)
+    start = time.perf_counter()
     by_model = load(args.csv)
-    train = fit_kernel("gemm", by_model[TRAIN], grid=False)
-    print(f"fit on {TRAIN} ({len(by_model[TRAIN])} timings):\n  {describe(train)}")
-    print("held-out models (analytic form, shapes never measured):")
-    for model, recs in sorted(by_model.items()):
-        tag = "  <- target < 8%" if model == HELD_OUT else ""
-        print(f"  {model:<40} {len(recs):5d} timings  MAPE {mape(train.params, 'gemm', recs):6.2%}{tag}")
+    for trained_on in ((TRAIN,), (TRAIN, SECOND)):
+        recs = [r for model in trained_on for r in by_model[model]]
+        old = fit_kernel("gemm", recs, grid=False)
+        new = fit_kernel("gemm", recs, grid=False, tiles=TILES)
+        print(f"fit on {' + '.join(trained_on)} ({len(recs)} timings):\n  old   {describe(old)}\n"
+              f"  tiles {describe(new)}")
+        print(f"  {'predicted model (analytic form)':<40} {'timings':>7}  {'old':>6}  {'tiles':>6}")
+        held = []
+        for model, model_recs in sorted(by_model.items()):
+            errs = mape(old.params, "gemm", model_recs), mape(new.params, "gemm", model_recs)
+            if model not in trained_on:
+                held.append(errs)
+            tag = "  (training)" if model in trained_on else "  <- target" if model == HELD_OUT else ""
+            print(f"  {model:<40} {len(model_recs):7d}  {errs[0]:6.2%}  {errs[1]:6.2%}{tag}")
+        mean_old, mean_new = (sum(e[i] for e in held) / len(held) for i in (0, 1))
+        print(f"  {f'mean over the {len(held)} held-out models':<40} {'':>7}  {mean_old:6.2%}  {mean_new:6.2%}")
     everything = [r for recs in by_model.values() for r in recs]
     base = load_calibration("a100-80gb")
     device = {"name": "a100-vidur-linear", "gpu_name": "NVIDIA A100 (Vidur profiling data)",
@@ -66,15 +86,17 @@ def main(argv: list[str] | None = None) -> int:
                   "measured": "gemm only (QKV, O, gate_up, down of 8 models, TP 1-8)",
                   "not_measured": "memory, PCIe, copies, attention, norms, step overhead: a100-80gb datasheet",
                   "command": "python benchmarks/microbench_a100_gemm.py --write", "schema": "2",
-                  "measurements": "shared/gpu-timings/a100_linear_layers.csv (not copied; 36,516 rows)"}}
-    cal = fit(everything, device=device, base=base, name="a100-vidur-linear")
-    print(f"fit on all {len(everything)} timings:\n  {describe(cal.kernels['gemm'])}")
+                  "measurements": "shared/gpu-timings/a100_linear_layers.csv (not copied; 36,516 rows)",
+                  "sm_count": f"{A100_SMS} (NVIDIA A100 datasheet); gemm tile/wave term, sim/calib/gemm_tiles.py"}}
+    cal = fit(everything, device=device, base=base, name="a100-vidur-linear", gemm_tiles=TILES)
+    print(f"fit on all {len(everything)} timings (tile form):\n  {describe(cal.kernels['gemm'])}")
     if args.write:
         out = ROOT / "calibrations" / "a100-vidur-linear.yaml"
         out.write_text("# kvsim calibration, schema 2: GEMM fitted on the Vidur A100 linear-layer timings;\n"
                        "# every other number is the a100-80gb datasheet's (see provenance).\n"
                        + yaml.safe_dump(calibration_to_dict(cal), sort_keys=False, width=120))
         print(f"wrote {out}")
+    print(f"wall time {time.perf_counter() - start:.0f} s")
     return 0
 
 

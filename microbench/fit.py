@@ -6,6 +6,11 @@ by k-fold cross-validation *by shape* (all timings of one shape, i.e. all fields
 kernel's axis, are held out together and predicted by the analytic form alone, as a
 shape of an unseen model would be), and keeps the measurements as the interpolation grid.
 
+With ``tiles=GemmTiles(sm_count, candidates)`` the GEMM's form gains cuBLAS's tile and wave
+quantisation (sim/calib/gemm_tiles.py): the SM count is given (a datasheet fact), the tile
+shape is chosen among the candidates by the lowest training loss (each candidate fitted),
+and the wave-tail weight and per-tile k overhead are fitted with the other parameters.
+
 Fitting minimizes a robust (soft-L1) loss on log(predicted / measured), so that a 10 us
 and a 10 ms timing weigh alike and a few noisy timings do not pull the fit.
 """
@@ -15,17 +20,29 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 
 from sim.calib.calibration import Calibration, CalibrationSource
 from sim.errors import ConfigError
-from sim.calib.kernel_models import KERNELS, GridRow, KernelFit, features, grid_key, roofline_s
+from sim.calib.kernel_models import KERNELS, GridRow, KernelFit, analytic_s, features, grid_key
 
 MAX_GRID_POINTS = 48  # per shape; log-spaced subsample of the measured axis values
 # (lower, upper) bounds of the free parameters
 BOUNDS = {"bandwidth_bytes_per_s": (1e6, 1e15), "flops_per_s": (1e6, 1e17), "x_half": (1e-3, 1e5),
-          "overhead_s": (1e-9, 1.0), "item_s": (1e-10, 1.0), "sharpness": (1.0, 30.0)}
+          "overhead_s": (1e-9, 1.0), "item_s": (1e-10, 1.0), "sharpness": (1.0, 30.0),
+          "wave_tail": (1e-4, 1.0), "k_half": (1e-3, 1e5)}
+#: cuBLAS-like Ampere/Hopper tensor-core tiles (m: tokens x n: output features)
+CUBLAS_TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (64, 256), (128, 256), (256, 128))
+
+
+@dataclass(frozen=True)
+class GemmTiles:
+    """The tile/wave term's givens: the GPU's SM count (datasheet) and the candidate tiles."""
+
+    sm_count: int
+    candidates: tuple[tuple[int, int], ...] = CUBLAS_TILES
 
 
 def _arrays(kernel: str, records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
@@ -44,19 +61,29 @@ def _free_params(feats: np.ndarray) -> list[str]:
     return free
 
 
-def _predict(params: dict, feats: np.ndarray) -> np.ndarray:
-    return np.array([roofline_s(params, *row) for row in feats])
+def _predict(params: dict, kernel: str, records: list[dict]) -> np.ndarray:
+    return np.array([analytic_s(params, kernel, r) for r in records])
 
 
-def _vector_model(free: list[str], fixed: dict, feats: np.ndarray):
-    """A vectorized roofline over ``feats`` for a log-parameter vector (the same form as roofline_s)."""
+def _vector_model(free: list[str], fixed: dict, feats: np.ndarray, mnk: np.ndarray | None = None):
+    """A vectorized form over ``feats`` for a log-parameter vector (the same form as
+    kernel_models.analytic_s; ``mnk``: the GEMM's m, n, k columns when the tile term is on)."""
     nbytes, flops, items, x = feats.T
+    if mnk is not None:
+        m, n, k = mnk.T
+        sms, tm, tn = fixed["sm_count"], fixed["tile_m"], fixed["tile_n"]
+        tiles = np.ceil(m / tm) * np.ceil(n / tn)
+        full, waves = tiles / sms, np.ceil(tiles / sms)
+        pad = sms * tm * tn / (m * n)
 
     def model(logp: np.ndarray) -> np.ndarray:
         p = {**fixed, **dict(zip(free, np.exp(logp)))}
         mem = nbytes / p["bandwidth_bytes_per_s"]
         eff = np.where(x > 0, x / (x + p["x_half"]), 1e-12)
-        comp = np.where(flops > 0, flops / (p["flops_per_s"] * eff), 0.0)
+        work = flops
+        if mnk is not None:
+            work = flops * (full + p["wave_tail"] * (waves - full)) * pad * (1.0 + p["k_half"] / k)
+        comp = np.where(flops > 0, work / (p["flops_per_s"] * eff), 0.0)
         hi, lo = np.maximum(mem, comp), np.minimum(mem, comp)
         s = p["sharpness"]
         if math.isfinite(s):
@@ -66,32 +93,56 @@ def _vector_model(free: list[str], fixed: dict, feats: np.ndarray):
     return model
 
 
-def fit_params(kernel: str, records: list[dict]) -> dict[str, float]:
-    """Least-squares parameters of ``kernel``'s model form on ``records`` (at least 2)."""
+def fit_params(kernel: str, records: list[dict], tiles: GemmTiles | None = None) -> dict[str, float]:
+    """Least-squares parameters of ``kernel``'s model form on ``records`` (at least 2).
+
+    ``tiles`` (GEMMs with FLOPs only): fit each candidate tile and keep the one of least loss.
+    """
+    if tiles is None or not KERNELS[kernel].tiled:
+        return _fit_params(kernel, records)[0]
+    best = None
+    for tm, tn in tiles.candidates:
+        fixed = {"sm_count": float(tiles.sm_count), "tile_m": float(tm), "tile_n": float(tn)}
+        params, cost = _fit_params(kernel, records, fixed)
+        if best is None or cost < best[1]:
+            best = params, cost
+    return best[0]
+
+
+def _fit_params(kernel: str, records: list[dict], tile: dict | None = None) -> tuple[dict[str, float], float]:
+    """(parameters, final robust loss); ``tile``: sm_count, tile_m, tile_n of the tile/wave term."""
     from scipy.optimize import least_squares  # noqa: PLC0415  (scipy: only when fitting)
 
     feats, t = _arrays(kernel, records)
     free = _free_params(feats)
     fixed = {"flops_per_s": math.inf, "x_half": 0.0, "item_s": 0.0, "sharpness": math.inf}
+    mnk = None
+    if tile is not None and "flops_per_s" in free:
+        # padding m to whole tiles replaces x_half's smooth under-fill (kept 0: monotone in m)
+        free = [p for p in free if p != "x_half"] + ["wave_tail", "k_half"]
+        fixed.update(tile)
+        mnk = np.array([(r["m"], r["n"], r["k"]) for r in records], dtype=float)
     big = feats[:, 0] >= np.quantile(feats[:, 0], 0.75)
     guess = {"bandwidth_bytes_per_s": float(np.median(feats[big, 0] / t[big])),
              "flops_per_s": float(np.max(feats[:, 1] / t)) * 1.5 or 1e12, "x_half": 16.0,
-             "overhead_s": float(np.min(t)) * 0.5, "item_s": float(np.min(t)) * 0.1, "sharpness": 4.0}
+             "overhead_s": float(np.min(t)) * 0.5, "item_s": float(np.min(t)) * 0.1, "sharpness": 4.0,
+             "wave_tail": 0.5, "k_half": 64.0}
     lo = np.log([BOUNDS[p][0] for p in free])
     hi = np.log([BOUNDS[p][1] for p in free])
     x0 = np.clip(np.log([max(guess[p], 1e-30) for p in free]), lo + 1e-9, hi - 1e-9)
-    model = _vector_model(free, fixed, feats)
+    model = _vector_model(free, fixed, feats, mnk)
     log_t = np.log(t)
     res = least_squares(lambda lp: np.log(model(lp)) - log_t, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05)
-    return {name: float(v) for name, v in {**fixed, **dict(zip(free, np.exp(res.x)))}.items()}
+    return {name: float(v) for name, v in {**fixed, **dict(zip(free, np.exp(res.x)))}.items()}, float(res.cost)
 
 
 def mape(params: dict, kernel: str, records: list[dict]) -> float:
-    feats, t = _arrays(kernel, records)
-    return float(np.mean(np.abs(_predict(params, feats) / t - 1.0)))
+    t = np.array([r["time_s"] for r in records], dtype=float)
+    return float(np.mean(np.abs(_predict(params, kernel, records) / t - 1.0)))
 
 
-def cross_validate(kernel: str, records: list[dict], folds: int = 5, seed: int = 0) -> tuple[float | None, int]:
+def cross_validate(kernel: str, records: list[dict], folds: int = 5, seed: int = 0,
+                   tiles: GemmTiles | None = None) -> tuple[float | None, int]:
     """(MAPE of the analytic form on held-out shapes, folds used).
 
     Folds hold out whole shapes; a kernel measured on one shape only (a copy over sizes)
@@ -114,9 +165,9 @@ def cross_validate(kernel: str, records: list[dict], folds: int = 5, seed: int =
         test_keys = {keys[i] for i in order[f::folds]}
         train = [r for k in keys if k not in test_keys for r in by_shape[k]]
         test = [r for k in test_keys for r in by_shape[k]]
-        params = fit_params(kernel, train)
-        feats, t = _arrays(kernel, test)
-        errors.extend(np.abs(_predict(params, feats) / t - 1.0))
+        params = fit_params(kernel, train, tiles)  # the tile choice too is made without the fold
+        t = np.array([r["time_s"] for r in test], dtype=float)
+        errors.extend(np.abs(_predict(params, kernel, test) / t - 1.0))
     return float(np.mean(errors)), folds
 
 
@@ -140,12 +191,13 @@ def build_grid(kernel: str, records: list[dict], max_points: int = MAX_GRID_POIN
     return tuple(rows)
 
 
-def fit_kernel(kernel: str, records: list[dict], *, folds: int = 5, grid: bool = True) -> KernelFit:
-    """Fit, cross-validate and grid one kernel's records."""
+def fit_kernel(kernel: str, records: list[dict], *, folds: int = 5, grid: bool = True,
+               tiles: GemmTiles | None = None) -> KernelFit:
+    """Fit, cross-validate and grid one kernel's records (``tiles``: the GEMM tile/wave term)."""
     if len(records) < 2:
         raise ConfigError("<measurements>", kernel, f"need at least 2 records to fit, got {len(records)}")
-    params = fit_params(kernel, records)
-    cv, used = cross_validate(kernel, records, folds)
+    params = fit_params(kernel, records, tiles)
+    cv, used = cross_validate(kernel, records, folds, tiles=tiles)
     return KernelFit(kernel, params, cv_mape=cv, train_mape=mape(params, kernel, records),
                      num_records=len(records), num_shapes=len({grid_key(kernel, r) for r in records}),
                      cv_folds=used, grid=build_grid(kernel, records) if grid else ())
@@ -158,13 +210,15 @@ def _scalar(fits: dict[str, KernelFit], kernel: str, param: str, default: float 
 
 
 def fit(records: list[dict], *, device: dict | None = None, base: Calibration | None = None,
-        name: str | None = None, folds: int = 5, grid: bool = True, progress=None) -> Calibration:
+        name: str | None = None, folds: int = 5, grid: bool = True, progress=None,
+        gemm_tiles: GemmTiles | None = None) -> Calibration:
     """A measured Calibration from measurement records (see microbench.records).
 
     The scalar keys (bandwidth, FLOP/s, PCIe, launch and step overhead) come from the fits
     (copy_d2d, gemm, copy_h2d, copy_d2d's overhead, step), falling back to ``base``; the
     device name and memory come from ``device`` (a JSONL device record) or ``base``.
-    ``progress``: optional callable(kernel) before each kernel is fitted.
+    ``progress``: optional callable(kernel) before each kernel is fitted; ``gemm_tiles``: fit
+    the GEMM with the tile/wave term (the SM count and candidate tiles).
     """
     by_kernel: dict[str, list[dict]] = defaultdict(list)
     for r in records:
@@ -173,7 +227,8 @@ def fit(records: list[dict], *, device: dict | None = None, base: Calibration | 
     for kernel in (k for k in KERNELS if k in by_kernel):
         if progress is not None:
             progress(kernel)
-        fits[kernel] = fit_kernel(kernel, by_kernel[kernel], folds=folds, grid=grid)
+        fits[kernel] = fit_kernel(kernel, by_kernel[kernel], folds=folds, grid=grid,
+                                  tiles=gemm_tiles if kernel == "gemm" else None)
     device = device or {}
     pinned = [r for r in by_kernel.get("copy_h2d", []) if r.get("pinned")]
     pcie = fit_params("copy_h2d", pinned)["bandwidth_bytes_per_s"] if len(pinned) >= 2 else None
@@ -228,6 +283,9 @@ def describe(fit_: KernelFit) -> str:
     parts = [f"{fit_.kernel:<18}", f"{p['bandwidth_bytes_per_s'] / 1e9:9.1f} GB/s"]
     if math.isfinite(p["flops_per_s"]):
         parts.append(f"{p['flops_per_s'] / 1e12:8.2f} TFLOP/s x_half {p['x_half']:7.1f} p {p['sharpness']:4.1f}")
+        if p.get("sm_count", 0) > 0:
+            parts.append(f"tile {p['tile_m']:.0f}x{p['tile_n']:.0f} on {p['sm_count']:.0f} SMs, wave tail "
+                         f"{p['wave_tail']:.2f}, k_half {p['k_half']:.0f}")
     parts.append(f"overhead {p['overhead_s'] * 1e6:8.1f} us")
     if p["item_s"] > 0:
         parts.append(f"per item {p['item_s'] * 1e6:7.1f} us")

@@ -14,6 +14,11 @@ The efficiency ``x / (x + x_half)`` is how far the token dimension fills the ten
 (a GEMM over 4 tokens pads its tiles to 16 or 64 rows). Kernels without FLOPs are pure
 bandwidth plus overhead.
 
+The GEMM's compute term may also carry cuBLAS's tile and wave quantisation (the FLOPs of
+padded tiles and of a nearly empty last wave; sim/calib/gemm_tiles.py), on when its
+parameters ``sm_count``, ``tile_m`` and ``tile_n`` are present; calibrations without them
+predict exactly as before.
+
 A :class:`KernelFit` holds the fitted parameters, its cross-validated error and, optionally,
 a measured grid: where a query's shape matches a measured one on every field but the
 kernel's ``axis`` (GEMM: ``m``) and the axis value lies inside the measured range, the
@@ -29,6 +34,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+from sim.calib.gemm_tiles import TILE_PARAMS, tile_params_from_dict, tiles_on, work_scale
 from sim.errors import ConfigError
 from sim.model.dtypes import DTYPE_BYTES
 
@@ -57,13 +63,14 @@ class KernelSpec:
     x: Callable[[Shape], float] = lambda s: 1.0
     axis: str = ""
     doc: str = ""
+    tiled: bool = False  # (m, n, k) fields: may carry the tile/wave term (sim/calib/gemm_tiles.py)
 
 
 KERNELS: dict[str, KernelSpec] = {
     "gemm": KernelSpec(
         ("m", "n", "k", "dtype"), axis="m", doc="y[m, n] = x[m, k] @ W[k, n] (torch.matmul / cuBLAS)",
         bytes=lambda s: (s["m"] * s["k"] + s["k"] * s["n"] + s["m"] * s["n"]) * _b(s),
-        flops=lambda s: 2.0 * s["m"] * s["n"] * s["k"], x=lambda s: s["m"]),
+        flops=lambda s: 2.0 * s["m"] * s["n"] * s["k"], x=lambda s: s["m"], tiled=True),
     "decode_gemv": KernelSpec(
         ("m", "n", "k", "dtype"), axis="m", doc="kernels.decode_gemv, skinny m (CUDA only)",
         bytes=lambda s: (s["m"] * s["k"] + s["k"] * s["n"] + s["m"] * s["n"]) * _b(s),
@@ -131,6 +138,14 @@ def roofline_s(params: dict[str, float], nbytes: float, flops: float, items: flo
     return params["overhead_s"] + params["item_s"] * items + hi
 
 
+def analytic_s(params: dict[str, float], kernel: str, shape: Shape) -> float:
+    """The model form for one launch of ``kernel`` on ``shape``, with the tile/wave term if on."""
+    nbytes, flops, items, x = features(kernel, shape)
+    if flops > 0 and KERNELS[kernel].tiled and tiles_on(params):
+        flops *= work_scale(params, shape["m"], shape["n"], shape["k"])
+    return roofline_s(params, nbytes, flops, items, x)
+
+
 def grid_key(kernel: str, shape: Shape) -> tuple:
     """The shape's fields other than the kernel's axis, in field order (the grid's row key)."""
     spec = KERNELS[kernel]
@@ -177,7 +192,7 @@ class KernelFit:
         self._rows.update({row.key: row for row in self.grid})
 
     def analytic_s(self, **shape) -> float:
-        return roofline_s(self.params, *features(self.kernel, shape))
+        return analytic_s(self.params, self.kernel, shape)
 
     def predict(self, **shape) -> float:
         """Seconds for one launch on ``shape``: the measured grid where it covers, else analytic.
@@ -201,7 +216,8 @@ class KernelFit:
     def to_dict(self) -> dict:
         spec = KERNELS[self.kernel]
         key_fields = [f for f in spec.fields if f != spec.axis]
-        out = {"params": {k: _num(self.params[k]) for k in PARAM_NAMES},
+        names = PARAM_NAMES + (TILE_PARAMS if tiles_on(self.params) else ())
+        out = {"params": {k: _num(self.params[k]) for k in names},
                "cv_mape": _num(self.cv_mape), "train_mape": _num(self.train_mape),
                "cv_folds": self.cv_folds, "num_records": self.num_records, "num_shapes": self.num_shapes}
         out["grid"] = [{**dict(zip(key_fields, row.key)), spec.axis: list(row.axis_values),
@@ -236,6 +252,10 @@ def kernel_fit_from_dict(kernel: str, data, *, file: str) -> KernelFit:
                               f"{lo:g} to {hi:g}" + (" (or .inf)" if name in _MAY_BE_INF else ""))
         params[name] = float(v)
     spec = KERNELS[kernel]
+    tiles = tile_params_from_dict(data["params"], file, f"{where}.params")
+    if tiles and not spec.tiled:
+        raise ConfigError(file, f"{where}.params.sm_count", "the tile/wave term is for GEMMs (kernel gemm) only")
+    params.update(tiles)
     grid = data.get("grid") or []
     if not isinstance(grid, list):
         raise ConfigError(file, f"{where}.grid", "expected a list of rows")

@@ -115,7 +115,7 @@ def test_the_engine_slows_the_first_step_after_a_lull() -> None:
         with open(path, "w") as f:
             yaml.safe_dump(data, f)
         sc = parse_scenario({"name": "lull", "model": "tiny-llama", "gpu": path, "seed": 1,
-                             "engine": {"max_model_len": 512},
+                             "engine": {"profile": "eager", "max_model_len": 512},
                              "workload": {"num_requests": 3, "arrival": {"type": "constant", "rate": 0.5},
                                           "prompt_tokens": {"type": "fixed", "value": 100},
                                           "output_tokens": {"type": "fixed", "value": 5}}}, path)
