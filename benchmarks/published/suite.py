@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 CASES_DIR = HERE / "cases"
 
 FAMILIES = ("step_latency", "saturated_throughput", "latency_under_load", "memory_plan")
-PROFILES = ("eager", "vllm-v1", "vllm-v0", "sglang", "trtllm")
+PROFILES = ("eager", "vllm-v1", "vllm-v0", "sglang", "trtllm", "compiled")  # sim/cost/profile.py
 REQUIRES = ("tensor_parallel",)  # capabilities kvsim lacks: such cases are listed, not run
 
 TOP_KEYS = {"id", "family", "engine", "engine_version", "profile", "citation", "published",

@@ -3,7 +3,7 @@ and the batching defaults a profile sets (sim/cost/profile.py holds the profiles
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,7 +32,6 @@ class ProfileOverrides(BaseModel):
 
 
 ProfileChoice = Annotated[ProfileName, Field(strict=False)]
-ProfileNameLiteral = Literal["eager", "vllm-v1", "vllm-v0", "sglang", "trtllm"]
 
 
 def apply_profile_defaults(data: Any) -> Any:

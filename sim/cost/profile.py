@@ -42,6 +42,7 @@ class ProfileName(StrEnum):
     VLLM_V0 = "vllm-v0"
     SGLANG = "sglang"
     TRTLLM = "trtllm"
+    COMPILED = "compiled"
 
 
 class GraphMode(StrEnum):
@@ -128,6 +129,8 @@ class EngineProfile:
 #: latency-under-load cases (benchmarks/published, benchmarks/fit_host_time.py).
 _PY_STEP_HOST_S = 1.5e-3
 _PY_SEQ_HOST_S = 15e-6
+#: Host time per step of a compiled (C++ or CUDA-graph) loop (fitted the same way).
+_CPP_STEP_HOST_S = 0.15e-3
 #: Front-end costs (fitted the same way).
 _FRONTEND_REQUEST_S = 1.0e-3
 _FRONTEND_TOKEN_S = 20e-6
@@ -156,9 +159,15 @@ PROFILES: dict[str, EngineProfile] = {
     # TensorRT-LLM: in-flight batching in a C++ executor (small host time per step), decode
     # graphs, overlapped scheduling, KV block reuse on, chunked context off.
     ProfileName.TRTLLM: EngineProfile(
-        ProfileName.TRTLLM, graph_mode=GraphMode.DECODE, step_host_s=_PY_STEP_HOST_S / 10,
-        seq_host_s=_PY_SEQ_HOST_S / 10, async_scheduling=True, prefix_caching=True,
+        ProfileName.TRTLLM, graph_mode=GraphMode.DECODE, step_host_s=_CPP_STEP_HOST_S,
+        async_scheduling=True, prefix_caching=True,
         frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S),
+    # A compiled single-stream decoder: every decode step one CUDA-graph replay from a loop
+    # with next to no host work, no scheduler, no front end (gpt-fast's torch.compile
+    # "reduce-overhead" mode; llama.cpp's CUDA backend, with graph_mode none before its
+    # CUDA graphs of May 2024).
+    ProfileName.COMPILED: EngineProfile(
+        ProfileName.COMPILED, graph_mode=GraphMode.DECODE, step_host_s=_CPP_STEP_HOST_S),
 }
 
 #: The profile a scenario without ``engine.profile`` models: the current vLLM release.
