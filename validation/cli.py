@@ -116,8 +116,9 @@ def run_validate(args) -> int:
     if sc.engine.profile != "eager":
         # The validation engine launches every kernel from Python, one by one, with no front
         # end: kvsim's eager profile is the model of exactly that engine.
-        print(f"note: sim validate runs the eager validation engine; engine.profile {sc.engine.profile} "
-              "is replaced by eager", file=sys.stderr)
+        if "profile" in sc.engine.model_fields_set:  # said so in the file or with --set
+            print(f"note: sim validate runs the eager validation engine; engine.profile {sc.engine.profile} "
+                  "is replaced by eager", file=sys.stderr)
         sc = load_scenario(args.scenario, [*overrides, "engine.profile=eager"])
     _check(sc)
     out_dir = Path(args.out) if args.out else Path("runs") / f"{safe_name(sc.name)}-validate"

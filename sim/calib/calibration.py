@@ -26,7 +26,8 @@ kernel models, ``{gemm: {params: {...}, cv_mape, grid: [...]}, decode_attention:
 (see sim/calib/kernel_models.py); the scalar keys above then hold the fitted copy bandwidth,
 GEMM throughput, PCIe rate and overheads, so code that reads only them keeps working.
 It may also hold ``composition:``, the correction from the kernel sum to a measured
-engine step (sim/calib/composition.py).
+engine step (sim/calib/composition.py). Either schema may hold ``compute_peaks:`` (peak
+per GEMM math mode) and ``dequant:`` (weight-only dequantisation): sim/calib/precision.py.
 Schema 1 files (the shipped datasheets) are read unchanged.
 """
 
@@ -42,6 +43,7 @@ from typing import Any
 from sim.calib.composition import Composition, composition_from_dict
 from sim.errors import ConfigError, read_yaml_file
 from sim.calib.kernel_models import KernelFit, features, kernel_fit_from_dict, roofline_s
+from sim.calib.precision import Precision, precision_from_dict, precision_to_dict
 
 SCHEMA_VERSION = 2
 SUPPORTED_SCHEMAS = (1, 2)
@@ -74,6 +76,8 @@ class Calibration:
     kernels: dict[str, KernelFit] = field(default_factory=dict, hash=False, compare=False)
     #: How kernel times compose into a measured engine step (schema 2; sim/calib/composition.py).
     composition: Composition | None = field(default=None, hash=False, compare=False)
+    #: Peaks per math mode and weight-only dequantisation (optional; sim/calib/precision.py).
+    precision: Precision | None = field(default=None, hash=False, compare=False)
 
     @property
     def measured_date(self) -> str | None:
@@ -193,11 +197,12 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
     """Validate a parsed calibration mapping; errors name ``file`` and the key path."""
     if not isinstance(data, dict):
         raise ConfigError(file, "<root>", "a calibration must be a YAML mapping")
-    allowed = {**_TOP_KEYS, "compute_efficiency": None, "provenance": None}
+    allowed = {**_TOP_KEYS, "compute_efficiency": None, "provenance": None, "compute_peaks": None, "dequant": None}
     if data.get("schema") == 2:
         allowed["kernels"] = None
         allowed["composition"] = None
-    _check_keys(data, allowed, set(allowed) - {"provenance", "kernels", "composition"}, file, "")
+    optional = {"provenance", "kernels", "composition", "compute_peaks", "dequant"}
+    _check_keys(data, allowed, set(allowed) - optional, file, "")
     v = {k: _check(data[k], kind, rule, file, k) for k, (kind, rule) in _TOP_KEYS.items()}
     if v["schema"] not in SUPPORTED_SCHEMAS:
         raise ConfigError(file, "schema", f"unsupported schema {v['schema']}; this kvsim reads "
@@ -231,6 +236,7 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
         provenance=provenance, schema=v["schema"],
         kernels={str(k): kernel_fit_from_dict(str(k), d, file=file) for k, d in kernels.items()},
         composition=composition_from_dict(data["composition"], file=file) if data.get("composition") else None,
+        precision=precision_from_dict(data, file=file, peak_flops=v["peak_flops"]),
     )
 
 
@@ -296,4 +302,4 @@ def calibration_to_dict(cal: Calibration) -> dict:
         out["kernels"] = {name: fit.to_dict() for name, fit in cal.kernels.items()}
     if cal.composition is not None:
         out["composition"] = cal.composition.to_dict()
-    return out
+    return out | precision_to_dict(cal.precision)

@@ -4,7 +4,8 @@ no randomness.
 ``build_datasheet_cost`` folds a ModelSpec and a Calibration into a frozen ``DatasheetCost``
 of per-step constants once; ``step_time_s`` is then plain float arithmetic (it runs once per
 simulated engine step). Notation: m = tokens in the step (prefill + decode), B = peak
-memory bandwidth x bandwidth_efficiency, F = peak_flops, eff(m) = eff_max x m / (m + m_half).
+memory bandwidth x bandwidth_efficiency, F = the GEMMs' peak (peak_flops for bf16; see
+Precision below), eff(m) = eff_max x m / (m + m_half).
 
     step_time = step_overhead_s                                   (0 for an empty step)
       + sum over linear ops (qkv, o, gate_up, down; MLA projections; MoE router/experts):
@@ -24,6 +25,31 @@ memory bandwidth x bandwidth_efficiency, F = peak_flops, eff(m) = eff_max x m / 
 Since m x 2nk / (F eff(m)) = 2nk (m + m_half) / (F eff_max), a GEMM's compute time is
 linear in m with a floor: that is what the per-op constants store.
 
+MoE layers add their routing (sim.model.spec.moe_routing_bytes_per_token): the router's
+top-k, the token permute and unpermute (m x top_k x hidden activations read and written
+twice per MoE layer) over B, and MOE_ROUTING_KERNELS_PER_LAYER launches per MoE layer.
+
+Precision (sim/calib/precision.py): F is the peak of the GEMMs' math mode, ``compute_dtype``
+(the scenario's ``engine.compute_dtype``): peak_flops x compute_peaks[mode] / compute_peaks.bf16,
+which on a datasheet is compute_peaks[mode]. None follows the weights:
+
+- bf16 / fp32 weights: bf16; fp16 weights: fp16 (its peak if the calibration lists one);
+- fp8 weights: fp8 (W8A8-FP8, as vLLM and TensorRT-LLM run fp8 checkpoints) where the
+  calibration has an fp8 peak; else bf16, weight-only (vLLM's fp8 Marlin on Ampere);
+- int8 / int4 weights: bf16 with weight-only dequantisation (W8A16 / W4A16: vLLM's Marlin
+  and Machete kernels);
+- ``compute_dtype: int8`` with int8 weights is W8A8 int8 (SmoothQuant); ``fp8`` with fp8
+  weights W8A8-FP8; ``fp16-acc16`` fp16 inputs with fp16 accumulate (GeForce: twice fp16).
+
+int8, int4 or fp8 weights under a 16-bit mode (bf16, fp16, fp16-acc16) are weight-only: each
+GEMM reads its weights at ``dequant.<dtype>`` x B (the dequantisation the kernel does on the
+way to the tensor cores), its compute at the 16-bit peak. Non-GEMM activations (norms,
+residual adds, RoPE, MLP activation, MoE permutes) stay 16-bit whatever the weights (fp32
+weights: 4 bytes). Attention runs at the bf16 peak (``peak_flops``). A mode the calibration
+lacks is a ConfigError naming ``compute_peaks.<mode>``. A calibration without
+``compute_peaks`` and ``dequant`` keeps the legacy charge: every mode at ``peak_flops``,
+activations in the weight dtype, weights over B.
+
 Measured calibrations (schema 2, with a fitted ``gemm``) use the fitted kernel models
 instead: sim/cost/fitted.py.
 """
@@ -33,10 +59,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.calib.calibration import Calibration
+from sim.calib.precision import gemm_precision
 from sim.cost.shape import BatchShape
 from sim.model.spec import (
-    KVDtype, ModelSpec, attn_flops_per_pair, elementwise_bytes_per_token, kv_bytes_per_token, linear_ops,
-    lm_head_op)
+    MOE_ROUTING_KERNELS_PER_LAYER, KVDtype, ModelSpec, attn_flops_per_pair, elementwise_bytes_per_token,
+    kv_bytes_per_token, linear_ops, lm_head_op, moe_routing_bytes_per_token)
 
 #: Kernels per layer besides GEMMs and attention: two fused add+norms, RoPE, the MLP
 #: activation and the KV cache write (vLLM's reshape_and_cache).
@@ -71,6 +98,7 @@ class DatasheetCost:
     pcie_bandwidth_bytes_per_s: float
     device_copy_bytes_per_s: float = float("inf")  # achieved device memory bandwidth (staging copies)
     kernel_launch_s: float = 0.0
+    compute_dtype: str = "bf16"  # the GEMMs' math mode (sim/calib/precision.py gemm_precision)
 
     @property
     def composition(self) -> None:
@@ -121,14 +149,17 @@ class DatasheetCost:
 def build_datasheet_cost(model: ModelSpec, calibration: Calibration, kv_dtype: KVDtype | str = KVDtype.BF16,
                          weight_dtype_bytes: float = 2, *, quant_group_size: int = 64,
                          weight_dtype: str | None = None, compute_dtype: str | None = None) -> DatasheetCost:
-    """Precompute the constants of ``DatasheetCost.step_time_s`` (activations are in the weight dtype)."""
+    """Precompute the constants of ``DatasheetCost.step_time_s``; ``weight_dtype`` and
+    ``compute_dtype`` pick the math mode and dequantisation (module docstring)."""
     cal = calibration
+    gp = gemm_precision(cal, weight_dtype, weight_dtype_bytes, compute_dtype)
     bw = cal.effective_bandwidth_bytes_per_s
-    flops = cal.peak_flops * cal.compute_eff_max
+    weight_bw = bw * gp.weight_read_efficiency
+    flops = gp.peak_flops * cal.compute_eff_max
     launch = cal.kernel_launch_s
     dense, experts = [], []
     for op in linear_ops(model):
-        w = op.k * op.n * weight_dtype_bytes * op.num_layers / bw
+        w = op.k * op.n * weight_dtype_bytes * op.num_layers / weight_bw
         f = 2 * op.k * op.n * op.num_layers / flops
         if op.num_experts > 1:
             experts.append((w, f, op.num_layers * launch, op.num_experts, op.experts_per_tok))
@@ -137,14 +168,19 @@ def build_datasheet_cost(model: ModelSpec, calibration: Calibration, kv_dtype: K
     head = lm_head_op(model)
     kv_bytes = kv_bytes_per_token(model, kv_dtype, quant_group_size=quant_group_size)
     kernels = model.num_layers * (NON_GEMM_KERNELS_PER_LAYER + 1)
+    kernels += model.num_moe_layers * MOE_ROUTING_KERNELS_PER_LAYER if model.is_moe else 0
+    traffic = elementwise_bytes_per_token(model, gp.act_bytes, kv_bytes)
+    if model.is_moe:
+        traffic += moe_routing_bytes_per_token(model, gp.act_bytes)
     return DatasheetCost(
         model_name=model.name, calibration_name=cal.name, kv_dtype=KVDtype(kv_dtype),
         m_half_tokens=cal.compute_m_half_tokens, dense_ops=tuple(dense), expert_ops=tuple(experts),
-        lm_head=(head.k * head.n * weight_dtype_bytes / bw, 2 * head.k * head.n / flops, launch),
+        lm_head=(head.k * head.n * weight_dtype_bytes / weight_bw, 2 * head.k * head.n / flops, launch),
         kv_read_s_per_token=kv_bytes / bw,
-        attn_s_per_pair=attn_flops_per_pair(model) / flops,
-        elementwise_s_per_token=elementwise_bytes_per_token(model, weight_dtype_bytes, kv_bytes) / bw,
+        attn_s_per_pair=attn_flops_per_pair(model) / (cal.peak_flops * cal.compute_eff_max),
+        elementwise_s_per_token=traffic / bw,
         fixed_step_s=cal.step_overhead_s + kernels * launch,
         pcie_bandwidth_bytes_per_s=cal.pcie_bandwidth_bytes_per_s,
         device_copy_bytes_per_s=cal.effective_bandwidth_bytes_per_s, kernel_launch_s=cal.kernel_launch_s,
+        compute_dtype=gp.compute,
     )

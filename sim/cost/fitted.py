@@ -24,7 +24,17 @@ Attention and the KV write use the fitted analytic form on the batch's aggregate
 FLOPs (a batch's ragged lengths match no measured shape), at saturated compute efficiency
 (attention tiles queries per sequence); an item is a decoding sequence or a prefill chunk
 (the CPU reference paths loop over them). Every term is non-decreasing in each field of the
-batch shape.
+batch shape. MoE models add their routing (top-k, permute, unpermute: the bytes of
+sim.model.spec.moe_routing_bytes_per_token over the copy bandwidth, plus a copy launch per
+routing kernel per MoE layer).
+
+Precision: the GEMM's math mode is resolved as in sim/cost/datasheet.py. The fitted ``gemm``
+is measured per dtype (its grid rows name one): a shape whose (n, k, dtype) row was measured
+uses the measurement, which includes any dequantisation. Otherwise the analytic form is
+used with its fitted ``flops_per_s`` scaled by compute_peaks[mode] / compute_peaks.bf16 and its
+bandwidth by the weight-only ``dequant`` fraction, when the calibration has those sections;
+without them the fitted form is used as it is (the legacy charge, the dtype named by the
+weights' element size).
 """
 
 from __future__ import annotations
@@ -35,12 +45,13 @@ from dataclasses import dataclass
 
 from sim.calib.calibration import Calibration
 from sim.calib.composition import Composition
-from sim.calib.kernel_models import roofline_s
+from sim.calib.kernel_models import KernelFit, features, roofline_s
+from sim.calib.precision import gemm_precision
 from sim.cost.shape import BatchShape
 from sim.model.dtypes import dtype_name
 from sim.model.spec import (
-    KVDtype, ModelSpec, attn_flops_per_pair, elementwise_bytes_per_token, kv_bytes_per_token, linear_ops,
-    lm_head_op)
+    MOE_ROUTING_KERNELS_PER_LAYER, KVDtype, ModelSpec, attn_flops_per_pair, elementwise_bytes_per_token,
+    kv_bytes_per_token, linear_ops, lm_head_op, moe_routing_bytes_per_token)
 
 
 @dataclass(frozen=True)
@@ -69,12 +80,22 @@ class FittedCost:
     elementwise: dict | None  # the measured per-layer elementwise work (dense models)
     other_measured_bytes_per_token: float  # what elementwise() does not cover: the embedding
     composition: Composition | None = None  # kernel sum -> measured step (None: the sum as is)
+    gemm_dtype: str | None = None  # the GEMMs' dtype when it is not ``dtype`` (the math mode's)
+    gemm_params: KernelFit | dict | None = None  # the GEMM form for this math mode (None: as fitted)
+    gemm_measured: frozenset = frozenset()  # (n, k, dtype) rows of the fitted gemm's grid
+    moe_routing_bytes_per_token: float = 0.0
+    moe_routing_launches: int = 0  # per step: MoE layers x routing kernels
 
     def without_composition(self) -> FittedCost:
         return dataclasses.replace(self, composition=None) if self.composition is not None else self
 
     def _gemm(self, m: float, n: int, k: int) -> float:
-        return self.cal.predict("gemm", m=m, n=n, k=k, dtype=self.dtype)
+        dtype = self.gemm_dtype or self.dtype
+        if self.gemm_params is None or (n, k, dtype) in self.gemm_measured:
+            return self.cal.predict("gemm", m=m, n=n, k=k, dtype=dtype)
+        if isinstance(self.gemm_params, KernelFit):  # the fitted form, its params scaled to the math mode
+            return self.gemm_params.analytic_s(m=m, n=n, k=k, dtype=dtype)
+        return roofline_s(self.gemm_params, *features("gemm", dict(m=m, n=n, k=k, dtype=dtype)))
 
     def step_parts(self, shape: BatchShape) -> dict[str, float]:
         """The kernel sum's terms, seconds by kernel (no composition); empty without tokens."""
@@ -112,6 +133,9 @@ class FittedCost:
                                     + m * self.other_measured_bytes_per_token / copy_bw)
         else:
             parts["elementwise"] = m * self.other_bytes_per_token / copy_bw + 2 * L * self.copy["overhead_s"]
+        if self.moe_routing_launches:
+            parts["moe_routing"] = (m * self.moe_routing_bytes_per_token / copy_bw
+                                    + self.moe_routing_launches * self.copy["overhead_s"])
         return parts
 
     def step_time_s(self, shape: BatchShape, idle_before_s: float = 0.0) -> float:
@@ -140,6 +164,31 @@ class FittedCost:
                                 + self.cal.predict("copy_d2h", num_bytes=per_copy, pinned=True)))
 
 
+def _gemm_precision(cal: Calibration, weight_dtype: str | None, weight_dtype_bytes: float,
+                    compute_dtype: str | None) -> tuple[str | None, dict | None, frozenset, float]:
+    """(the GEMMs' dtype, the analytic params for the math mode, the measured (n, k, dtype)
+    rows, activation bytes); (None, None, frozenset(), weight bytes) without precision sections.
+    The form is the fitted gemm with its params scaled (a plain roofline without a fitted gemm)."""
+    gp = gemm_precision(cal, weight_dtype, weight_dtype_bytes, compute_dtype)
+    if cal.precision is None:
+        return None, None, frozenset(), gp.act_bytes
+    if gp.weight_only:
+        dtype = weight_dtype or dtype_name(weight_dtype_bytes)
+    elif gp.compute in ("bf16", "fp16", "fp16-acc16"):
+        dtype = dtype_name(weight_dtype_bytes)  # 16-bit GEMMs: the legacy name (bf16 and fp16 run alike)
+    else:
+        dtype = gp.compute
+    params = dict(cal.kernel_params("gemm"))
+    params["flops_per_s"] *= cal.precision.speedup(gp.compute)
+    params["bandwidth_bytes_per_s"] *= gp.weight_read_efficiency
+    fit = cal.kernels.get("gemm")
+    if fit is None:
+        return dtype, params, frozenset(), gp.act_bytes
+    # torch.matmul measures fp16 with fp32 accumulate: fp16-acc16 always takes the scaled form
+    measured = frozenset(row.key for row in fit.grid) if gp.compute != "fp16-acc16" else frozenset()
+    return dtype, dataclasses.replace(fit, params=params, grid=()), measured, gp.act_bytes
+
+
 def build_fitted_cost(model: ModelSpec, cal: Calibration, kv_dtype: KVDtype | str = KVDtype.BF16,
                       weight_dtype_bytes: float = 2, *, quant_group_size: int = 64,
                       weight_dtype: str | None = None, compute_dtype: str | None = None) -> FittedCost:
@@ -161,6 +210,9 @@ def build_fitted_cost(model: ModelSpec, cal: Calibration, kv_dtype: KVDtype | st
                            head_dim=model.head_dim, intermediate_size=model.intermediate_size,
                            hidden_size=h, dtype=dtype_name(weight_dtype_bytes))
     q_heads_dim = model.num_attention_heads * (model.v_head_dim if model.is_mla else model.head_dim)
+    gemm_dtype, gemm_params, measured, act_bytes = _gemm_precision(cal, weight_dtype, weight_dtype_bytes,
+                                                                   compute_dtype)
+    routing_launches = model.num_moe_layers * MOE_ROUTING_KERNELS_PER_LAYER if model.is_moe else 0
     return FittedCost(
         model_name=model.name, calibration_name=cal.name, kv_dtype=KVDtype(kv_dtype),
         cal=cal, dtype=dtype_name(weight_dtype_bytes), vocab_size=model.vocab_size, hidden_size=h,
@@ -170,4 +222,6 @@ def build_fitted_cost(model: ModelSpec, cal: Calibration, kv_dtype: KVDtype | st
         attn=cal.kernel_params("prefill_attention"), decode=cal.kernel_params("decode_attention"),
         kv_write=cal.kernel_params("kv_write"), copy=cal.kernel_params("copy_d2d"),
         elementwise=elementwise, other_measured_bytes_per_token=h * weight_dtype_bytes,
-        composition=cal.composition)
+        composition=cal.composition, gemm_dtype=gemm_dtype, gemm_params=gemm_params, gemm_measured=measured,
+        moe_routing_bytes_per_token=moe_routing_bytes_per_token(model, act_bytes),
+        moe_routing_launches=routing_launches)

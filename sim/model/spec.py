@@ -236,6 +236,24 @@ def elementwise_bytes_per_token(model: ModelSpec, act_bytes: float, kv_bytes: fl
     return elements * act_bytes + kv_bytes
 
 
+#: Kernels per MoE layer for the routing: top-k over the router logits, the token permute
+#: (each token's hidden vector to its experts' rows) and the unpermute (weighted top-k sum).
+MOE_ROUTING_KERNELS_PER_LAYER = 3
+
+
+def moe_routing_bytes_per_token(model: ModelSpec, act_bytes: float) -> float:
+    """Bytes per token of the MoE layers' routing, all MoE layers (0 for dense models).
+
+    Per MoE layer: the top-k reads the token's router logits (num_experts) and writes top_k
+    ids and weights (4 bytes each); the permute reads and writes the hidden vector once per
+    chosen expert and the unpermute reads and writes them back: 2 x 2 x top_k x hidden."""
+    if not model.is_moe:
+        return 0
+    k = model.num_experts_per_tok
+    per_layer = (4 * k * model.hidden_size + model.num_experts) * act_bytes + 8 * k
+    return model.num_moe_layers * per_layer
+
+
 def _integral(x: float) -> int | float:
     return int(x) if float(x).is_integer() else x
 
@@ -288,5 +306,5 @@ def weight_bytes(model: ModelSpec, dtype_bytes: float = 2) -> int:
 __all__ = [
     "KVDtype", "MlpKind", "NormKind", "ModelSpec", "LinearOp", "linear_ops", "lm_head_op",
     "attn_flops_per_pair", "elementwise_bytes_per_token", "flops_per_token", "kv_bytes_per_token",
-    "max_kv_tokens_per_seq", "weight_bytes",
+    "max_kv_tokens_per_seq", "moe_routing_bytes_per_token", "MOE_ROUTING_KERNELS_PER_LAYER", "weight_bytes",
 ]

@@ -1,0 +1,196 @@
+"""Precision-aware compute: a calibration's peak per GEMM math mode and the cost of
+weight-only dequantisation, and the rule that picks a run's math mode.
+
+Two optional calibration sections (schema 1 and 2; sim/calib/calibration.py reads them):
+
+    compute_peaks:          # dense tensor-core peak per math mode (no sparsity): FLOP/s, int8 OP/s
+      bf16: 9.89e+14        # optional (default peak_flops); a datasheet's must equal peak_flops
+      fp16: 9.89e+14        # fp16 inputs, fp32 accumulate
+      fp16-acc16: 9.89e+14  # fp16 inputs, fp16 accumulate (GeForce cards: twice fp16)
+      fp8: 1.979e+15        # fp8 inputs, fp32 accumulate (what serving fp8 GEMMs use)
+      int8: 1.979e+15       # int8 inputs, int32 accumulate
+    dequant:                # weight-only GEMMs (W8A16, W4A16, fp8 weight-only): the fraction of the
+      int8: 0.85            # bandwidth a bf16 GEMM reads its weights at that they reach (0, 1]
+      int4: 0.97
+      fp8: 0.85
+      source: text          # optional: where the fractions come from
+
+The mode names are the scenario's ``engine.compute_dtype`` choices. Each number is checked
+like the other calibration keys (one-line ConfigError: file, key, allowed range). A mode or
+dtype a present section lacks is an error only when a run asks for it: the error names
+the calibration file, ``compute_peaks.<mode>`` (or ``dequant.<dtype>``) and what it has.
+
+``gemm_precision`` resolves a run's weight dtype and ``engine.compute_dtype`` into what the
+cost models charge (sim/cost/datasheet.py documents the rules): the GEMMs run at
+``peak_flops x compute_peaks[mode] / compute_peaks.bf16`` (a measured calibration's
+``peak_flops`` is its fitted throughput; a datasheet's is the bf16 peak, so this is the
+mode's peak). A calibration with neither
+section gives the legacy numbers exactly: every mode at ``peak_flops``, activations in the
+weight dtype, no dequantisation cost.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from sim.errors import ConfigError
+from sim.model.dtypes import dtype_name
+
+COMPUTE_MODES = ("bf16", "fp16", "fp16-acc16", "fp8", "int8")
+DEQUANT_DTYPES = ("int8", "int4", "fp8")
+#: Math modes with 16-bit activations: quantised weights are dequantised to them (weight-only).
+SIXTEEN_BIT_MODES = ("bf16", "fp16", "fp16-acc16")
+PEAK_RANGE = (1e6, 1e18)  # as peak_flops
+_FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """A calibration's ``compute_peaks`` (with bf16 = peak_flops) and ``dequant`` sections."""
+
+    file: str
+    compute_peaks: dict[str, float]
+    dequant: dict[str, float] | None = None  # None: no dequant section (weight-only reads cost bytes only)
+    dequant_source: str | None = None
+    has_compute_peaks: bool = True  # False: the file has only a dequant section
+
+    def peak(self, mode: str) -> float:
+        """The dense peak of math mode ``mode``; ConfigError naming ``compute_peaks.<mode>`` if absent."""
+        if mode not in self.compute_peaks:
+            raise ConfigError(self.file, f"compute_peaks.{mode}",
+                              f"this calibration has no {mode} peak (engine.compute_dtype asks for it); "
+                              f"it has: {', '.join(self.compute_peaks)}")
+        return self.compute_peaks[mode]
+
+    def speedup(self, mode: str) -> float:
+        """peak(mode) / the bf16 peak: what the cost models scale ``peak_flops`` (or a fitted
+        GEMM's throughput) by; exactly 1.0 for bf16."""
+        return self.peak(mode) / self.compute_peaks["bf16"]
+
+    def weight_read_efficiency(self, weight_dtype: str) -> float:
+        """The fraction of the bandwidth a weight-only GEMM of ``weight_dtype`` reaches (1.0 without a
+        dequant section); ConfigError naming ``dequant.<dtype>`` if the section lacks it."""
+        if self.dequant is None:
+            return 1.0
+        if weight_dtype not in self.dequant:
+            raise ConfigError(self.file, f"dequant.{weight_dtype}",
+                              f"this calibration has no weight-only {weight_dtype} efficiency; it has: "
+                              f"{', '.join(self.dequant) or 'none'}")
+        return self.dequant[weight_dtype]
+
+
+@dataclass(frozen=True)
+class GemmPrecision:
+    """What a run's GEMMs are charged: the math mode, its peak, the weight-read efficiency
+    (below 1 for weight-only dequantising kernels) and the bytes of an activation element
+    outside the GEMMs (norms, residual adds, RoPE, the MLP activation, MoE permutes)."""
+
+    compute: str
+    peak_flops: float
+    weight_read_efficiency: float
+    act_bytes: float
+    weight_only: bool
+
+
+def gemm_precision(cal: Any, weight_dtype: str | None, weight_dtype_bytes: float,
+                   compute_dtype: str | None) -> GemmPrecision:
+    """Resolve ``compute_dtype`` (None: follow the weights) on calibration ``cal``.
+
+    Without ``cal.precision``: the legacy charge (``peak_flops`` for every mode, activations
+    in the weight dtype, no dequantisation). With it: None follows the weights (bf16, fp16
+    -> fp16 if the calibration has that peak, else bf16; fp32 -> bf16; fp8 -> fp8 where
+    the GPU has it, else weight-only on bf16 as vLLM's fp8 Marlin does; int8/int4 -> bf16,
+    weight-only); int8, int4 or fp8 weights under a 16-bit mode are weight-only and read at
+    ``dequant.<dtype>`` of the bandwidth; activations outside the GEMMs stay 16-bit (4
+    bytes for fp32 weights)."""
+    p = getattr(cal, "precision", None)
+    if p is None:
+        return GemmPrecision(compute_dtype or "bf16", cal.peak_flops, 1.0, weight_dtype_bytes, False)
+    weights = weight_dtype or dtype_name(weight_dtype_bytes)
+    mode = compute_dtype
+    if mode is None:
+        if weights == "fp16" and "fp16" in p.compute_peaks:
+            mode = "fp16"
+        elif weights == "fp8" and "fp8" in p.compute_peaks:
+            mode = "fp8"
+        else:
+            mode = "bf16"
+    weight_only = weights in DEQUANT_DTYPES and mode in SIXTEEN_BIT_MODES
+    efficiency = p.weight_read_efficiency(weights) if weight_only else 1.0
+    peak = cal.peak_flops * p.speedup(mode)  # = compute_peaks[mode] on a datasheet (bf16 = peak_flops)
+    return GemmPrecision(mode, peak, efficiency, max(2.0, weight_dtype_bytes), weight_only)
+
+
+def _number(value: Any, file: str, key: str, *, fraction: bool = False) -> float:
+    """A finite number: a fraction in (0, 1], or a peak within PEAK_RANGE."""
+    if isinstance(value, str) and _FLOAT_RE.match(value.strip()):
+        value = float(value)  # YAML 1.1 reads 1e12 (no dot, no sign) as a string
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(file, key, f"expected a number, got {value!r}; allowed: finite numbers")
+    value = float(value)
+    if fraction and not 0 < value <= 1:
+        raise ConfigError(file, key, f"must be in (0, 1], got {value:g}")
+    lo, hi = PEAK_RANGE
+    if not fraction and not lo <= value <= hi:
+        raise ConfigError(file, key, f"{value:g} is outside the allowed range {lo:g} to {hi:g}")
+    return value
+
+
+def _mapping(data: Any, file: str, key: str, allowed: tuple[str, ...]) -> dict:
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(file, key, f"expected a non-empty mapping with keys from: {', '.join(allowed)}")
+    for k in data:
+        if k not in allowed:
+            raise ConfigError(file, f"{key}.{k}", f"unknown key; allowed: {', '.join(allowed)}")
+    return data
+
+
+def precision_from_dict(data: dict, *, file: str, peak_flops: float) -> Precision | None:
+    """The ``compute_peaks`` and ``dequant`` sections of a parsed calibration (None: neither).
+
+    A datasheet's ``compute_peaks.bf16`` must equal ``peak_flops``; a measured calibration's
+    ``peak_flops`` is its fitted GEMM throughput, so its bf16 entry (the datasheet peak) may
+    differ: the cost models use the ratios of the peaks to bf16."""
+    if "compute_peaks" not in data and "dequant" not in data:
+        return None
+    peaks = {"bf16": peak_flops}
+    if "compute_peaks" in data:
+        raw = _mapping(data["compute_peaks"], file, "compute_peaks", COMPUTE_MODES)
+        for mode in COMPUTE_MODES:
+            if mode in raw:
+                peaks[mode] = _number(raw[mode], file, f"compute_peaks.{mode}")
+        if data.get("source") == "datasheet" and not math.isclose(peaks["bf16"], peak_flops, rel_tol=1e-9):
+            raise ConfigError(file, "compute_peaks.bf16", f"must equal peak_flops ({peak_flops:g}: the bf16 "
+                              f"peak), got {peaks['bf16']:g}; leave it out or make them agree")
+    dequant, source = None, None
+    if "dequant" in data:
+        raw = _mapping(data["dequant"], file, "dequant", (*DEQUANT_DTYPES, "source"))
+        dequant = {d: _number(raw[d], file, f"dequant.{d}", fraction=True)
+                   for d in DEQUANT_DTYPES if d in raw}
+        if "source" in raw:
+            source = raw["source"]
+            if not isinstance(source, str) or not source.strip():
+                raise ConfigError(file, "dequant.source", f"expected a non-empty string, got {source!r}")
+    return Precision(file=file, compute_peaks=peaks, dequant=dequant, dequant_source=source,
+                     has_compute_peaks="compute_peaks" in data)
+
+
+def precision_to_dict(p: Precision | None) -> dict:
+    """The YAML sections of ``p`` (inverse of precision_from_dict; empty for None)."""
+    if p is None:
+        return {}
+    out: dict = {}
+    if p.has_compute_peaks:
+        out["compute_peaks"] = {mode: float(f"{v:.6g}") for mode, v in p.compute_peaks.items()}
+    if p.dequant is not None:
+        out["dequant"] = {d: float(v) for d, v in p.dequant.items()}
+        if p.dequant_source:
+            out["dequant"]["source"] = p.dequant_source
+    return out
+
+
+__all__ = ["COMPUTE_MODES", "DEQUANT_DTYPES", "GemmPrecision", "Precision", "gemm_precision",
+           "precision_from_dict", "precision_to_dict"]

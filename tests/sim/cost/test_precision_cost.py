@@ -1,0 +1,199 @@
+"""Precision-aware compute in both cost models, and the MoE routing cost."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from sim.calib.calibration import load_calibration
+from sim.cost.base import decode_step_time_s, prefill_time_s
+from sim.cost.build import build_cost_model
+from sim.cost.datasheet import DatasheetCost, build_datasheet_cost
+from sim.cost.fitted import FittedCost, build_fitted_cost
+from sim.cost.shape import BatchShape
+from sim.errors import ConfigError
+from sim.model.hf_config import load_model
+from sim.model.spec import (
+    MOE_ROUTING_KERNELS_PER_LAYER, elementwise_bytes_per_token, kv_bytes_per_token, moe_routing_bytes_per_token)
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+
+
+def cost(gpu, model="llama-3-8b", weights="bf16", compute=None, **replace):
+    cal = load_calibration(gpu) if isinstance(gpu, str) else gpu
+    cal = dataclasses.replace(cal, **replace) if replace else cal
+    return build_cost_model(load_model(model), cal, "bf16", DTYPE_BYTES[weights], weight_dtype=weights,
+                            compute_dtype=compute)
+
+
+def legacy(gpu: str):
+    """The calibration without its compute_peaks and dequant sections."""
+    return dataclasses.replace(load_calibration(gpu), precision=None)
+
+
+def random_shapes(n: int = 300):
+    rng = random.Random(0)
+    for _ in range(n):
+        yield BatchShape(rng.randint(0, 64), rng.randint(0, 8192), rng.randint(0, 256), rng.randint(0, 10**6),
+                         rng.random() * 1e7, rng.randint(0, 10**5), rng.randint(0, 8))
+
+
+@pytest.mark.parametrize("gpu", ["a100-80gb", "h100-sxm", "rtx-4090", "rtx-4060-8gb", "l40s"])
+@pytest.mark.parametrize("weights", ["bf16", "fp16"])
+def test_sixteen_bit_runs_are_identical_with_or_without_the_new_keys(gpu: str, weights: str) -> None:
+    new, old = cost(gpu, weights=weights), cost(legacy(gpu), weights=weights)
+    assert all(new.step_time_s(s) == old.step_time_s(s) for s in random_shapes())
+
+
+def test_a_calibration_without_the_new_keys_charges_as_before() -> None:
+    # the legacy charge: weights over the bandwidth, activations in the weight dtype, every mode at peak_flops
+    cal, model = legacy("h100-sxm"), load_model("llama-3-8b")
+    for weights in ("int8", "int4", "fp8"):
+        b = DTYPE_BYTES[weights]
+        base = cost(cal, weights=weights)
+        kv = kv_bytes_per_token(model, "bf16")
+        assert base.elementwise_s_per_token == elementwise_bytes_per_token(model, b, kv) / cal.effective_bandwidth_bytes_per_s
+        assert base.dense_ops[0][0] == 4096 * 6144 * b * 32 / cal.effective_bandwidth_bytes_per_s
+        for mode in ("bf16", "fp16", "fp16-acc16", "fp8", "int8"):
+            other = cost(cal, weights=weights, compute=mode)
+            assert all(other.step_time_s(s) == base.step_time_s(s) for s in random_shapes(50))
+
+
+def test_fp8_compute_halves_a_compute_bound_prefill_on_h100() -> None:
+    bf16, fp8 = cost("h100-sxm", weights="bf16"), cost("h100-sxm", weights="fp8")
+    assert fp8.compute_dtype == "fp8" and bf16.compute_dtype == "bf16"
+    for (_, f16, _), (_, f8, _) in zip(bf16.dense_ops, fp8.dense_ops):
+        assert f16 / f8 == pytest.approx(1979 / 989)
+    ratio = prefill_time_s(bf16, 8192) / prefill_time_s(fp8, 8192)
+    assert 1.6 < ratio < 2.0  # the GEMMs run twice as fast; attention and norms do not
+
+
+def test_fp8_compute_on_a100_is_an_error_naming_the_file_and_modes() -> None:
+    with pytest.raises(ConfigError) as err:
+        cost("a100-80gb", weights="fp8", compute="fp8")
+    assert err.value.key == "compute_peaks.fp8" and err.value.file.endswith("a100-80gb.yaml")
+    assert "it has: bf16, fp16, fp16-acc16, int8" in err.value.message
+    assert cost("a100-80gb", weights="fp8").compute_dtype == "bf16"  # None: weight-only fp8 (Marlin)
+
+
+@pytest.mark.parametrize("gpu", ["a100-80gb", "h100-sxm", "rtx-4090"])
+@pytest.mark.parametrize("weights", ["int8", "int4"])
+def test_weight_only_decode_pays_the_dequant_factor(gpu: str, weights: str) -> None:
+    eff = load_calibration(gpu).precision.dequant[weights]
+    cm = cost(gpu, weights=weights)
+    pure = cost(gpu, weights=weights, precision=dataclasses.replace(load_calibration(gpu).precision, dequant=None))
+    for (w, _, _), (w0, _, _) in zip(cm.dense_ops, pure.dense_ops):
+        assert w == pytest.approx(w0 / eff, rel=1e-12)
+    t, t0 = (decode_step_time_s(c, batch_size=1, context_tokens=512) for c in (cm, pure))
+    m_half = cm.m_half_tokens  # each GEMM pays the slower of its (dequantised) weight read and its compute
+    extra = sum(max(w, f * (1 + m_half)) - max(w0, f * (1 + m_half))
+                for (w, f, _), (w0, _, _) in zip((*cm.dense_ops, cm.lm_head), (*pure.dense_ops, pure.lm_head)))
+    assert t - t0 == pytest.approx(extra, rel=1e-9, abs=1e-15)
+    assert 1.0 <= t / t0 <= 1 / eff
+
+
+def test_int8_weight_only_is_about_sixteen_percent_slower_than_its_bytes() -> None:
+    # a decode step of Llama-3-8B int8 weights on an H100: W8A16 vs the pure-bytes figure
+    cm, pure = cost("h100-sxm", weights="int8"), cost("h100-sxm", weights="int8", compute="int8")
+    assert cm.compute_dtype == "bf16" and pure.compute_dtype == "int8"
+    busy = [decode_step_time_s(c, batch_size=1, context_tokens=512) - c.fixed_step_s for c in (cm, pure)]
+    assert 1.12 < busy[0] / busy[1] < 1 / 0.85  # the weights dominate; KV and norms pay no dequant
+
+
+def test_w8a8_int8_reads_bytes_at_full_bandwidth_and_computes_at_the_int8_peak() -> None:
+    cal = load_calibration("h100-sxm")
+    cm = cost("h100-sxm", weights="int8", compute="int8")
+    assert cm.dense_ops[0][0] == 4096 * 6144 * 1 * 32 / cal.effective_bandwidth_bytes_per_s
+    assert cm.dense_ops[0][1] == pytest.approx(2 * 4096 * 6144 * 32 / (1979e12 * cal.compute_eff_max))
+
+
+def test_fp16_accumulate_doubles_geforce_gemms_only() -> None:
+    fp16, acc16 = cost("rtx-4090", weights="fp16"), cost("rtx-4090", weights="fp16", compute="fp16-acc16")
+    assert all(a[1] == pytest.approx(b[1] / 2, rel=1e-3) for a, b in zip(acc16.dense_ops, fp16.dense_ops))
+    assert acc16.attn_s_per_pair == fp16.attn_s_per_pair  # attention stays at the bf16 peak
+    h100 = cost("h100-sxm", weights="fp16"), cost("h100-sxm", weights="fp16", compute="fp16-acc16")
+    assert h100[0].dense_ops == h100[1].dense_ops  # data-center parts: no faster
+
+
+# ---------------------------------------------------------------------------- fitted
+
+
+def fitted(weights="bf16", compute=None, precision=True) -> FittedCost:
+    cal = load_calibration("a100-vidur-linear")
+    if precision:
+        cal = dataclasses.replace(cal, precision=load_calibration("h100-sxm").precision)
+    cm = build_fitted_cost(load_model("llama-3-8b"), cal, "bf16", DTYPE_BYTES[weights], weight_dtype=weights,
+                           compute_dtype=compute)
+    return cm.without_composition()
+
+
+def test_fitted_without_the_new_keys_ignores_compute_dtype() -> None:
+    base = fitted("int8", precision=False)
+    for mode in ("bf16", "fp8", "int8", "fp16-acc16"):
+        other = fitted("int8", mode, precision=False)
+        assert all(other.step_time_s(s) == base.step_time_s(s) for s in random_shapes(50))
+
+
+def test_fitted_sixteen_bit_is_unchanged_by_the_new_keys() -> None:
+    new, old = fitted("fp16"), fitted("fp16", precision=False)
+    assert all(new.step_time_s(s) == old.step_time_s(s) for s in random_shapes(100))
+
+
+def test_fitted_fp8_without_a_measured_row_scales_the_analytic_flops() -> None:
+    bf16, fp8 = fitted("bf16", "bf16"), fitted("fp8")
+    m, n, k = 8192, 4096, 4096
+    assert fp8._gemm(m, n, k) < 0.6 * bf16._gemm(m, n, k)  # compute-bound: ~half
+    assert prefill_time_s(fp8, 8192) < prefill_time_s(bf16, 8192)
+
+
+def test_fitted_weight_only_dequant_slows_the_memory_bound_gemm() -> None:
+    wo, w8a8 = fitted("int8"), fitted("int8", "int8")
+    assert wo.gemm_dtype == w8a8.gemm_dtype == "int8"
+    assert wo._gemm(1, 4096, 4096) > w8a8._gemm(1, 4096, 4096)
+
+
+# ---------------------------------------------------------------------------- MoE routing
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "mixtral-8x7b", "deepseek-v2-lite"])
+def test_moe_routing_bytes(name: str) -> None:
+    model = load_model(name)
+    got = moe_routing_bytes_per_token(model, 2)
+    k, h = model.num_experts_per_tok, model.hidden_size
+    assert got == model.num_moe_layers * ((4 * k * h + model.num_experts) * 2 + 8 * k) > 0
+    assert moe_routing_bytes_per_token(load_model("llama-3-8b"), 2) == 0
+
+
+def test_datasheet_moe_pays_routing_and_dense_does_not() -> None:
+    model, cal = load_model("qwen3-30b-a3b"), load_calibration("h100-sxm")
+    cm = build_datasheet_cost(model, cal, "bf16", 2, weight_dtype="bf16")
+    kv = kv_bytes_per_token(model, "bf16")
+    routing = moe_routing_bytes_per_token(model, 2)
+    assert cm.elementwise_s_per_token * cal.effective_bandwidth_bytes_per_s == pytest.approx(
+        elementwise_bytes_per_token(model, 2, kv) + routing)
+    launches = model.num_layers * 6 + model.num_moe_layers * MOE_ROUTING_KERNELS_PER_LAYER
+    assert cm.fixed_step_s == pytest.approx(cal.step_overhead_s + launches * cal.kernel_launch_s)
+    dense = build_datasheet_cost(load_model("llama-3-8b"), cal, "bf16", 2)
+    assert dense.fixed_step_s == pytest.approx(cal.step_overhead_s + 32 * 6 * cal.kernel_launch_s)
+
+
+@pytest.mark.parametrize("which", ["datasheet", "fitted"])
+def test_moe_routing_cost_is_positive_and_monotone(which: str) -> None:
+    model = load_model("qwen3-30b-a3b")
+    if which == "datasheet":
+        cm = build_datasheet_cost(model, load_calibration("h100-sxm"), "bf16", 2)
+        assert isinstance(cm, DatasheetCost)
+        per_token = cm.elementwise_s_per_token
+        routing = [m * per_token for m in (1, 8, 64, 512)]  # the token-linear part holds the routing
+        assert routing == sorted(routing) and routing[0] > 0
+        times = [decode_step_time_s(cm, batch_size=b, context_tokens=256) for b in (1, 8, 64, 512)]
+    else:
+        cm = build_fitted_cost(model, load_calibration("cpu-epyc-2core"), "bf16", 2).without_composition()
+        routing = [cm.step_parts(BatchShape.decode(b, 256))["moe_routing"] for b in (1, 8, 64, 512)]
+        assert routing[0] > 0 and routing == sorted(routing)
+        times = [decode_step_time_s(cm, batch_size=b, context_tokens=256) for b in (1, 8, 64, 512)]
+        assert "moe_routing" not in build_fitted_cost(load_model("llama-3-8b"), load_calibration(
+            "cpu-epyc-2core"), "bf16", 2).step_parts(BatchShape.decode(4, 256))
+    assert times == sorted(times)
