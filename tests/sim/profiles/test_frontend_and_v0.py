@@ -50,9 +50,11 @@ def test_a_saturated_front_end_slows_the_client_not_the_engine(scenario_dict, tm
                        for r in res.requests if r.num_output_tokens > 1)
         return tpots[len(tpots) // 2]
 
-    # The engine's own token times barely move (the front end runs on a CPU of its own; it
-    # only hands new requests over later, behind its streaming work); the client's grow.
-    assert engine_tpot_p50(slow) == pytest.approx(engine_tpot_p50(fast), rel=0.5)
+    # The front end runs on a CPU of its own: it charges no engine step (it only hands new
+    # requests over later, behind its streaming work, which changes the batches a little);
+    # the client's token times grow far beyond the engine's.
+    per_token = lambda s: s["engine"]["busy_s"] / s["engine"]["num_steps"]  # noqa: E731
+    assert per_token(s_slow) < 2 * per_token(s_fast)
     assert s_slow["tpot_s"]["p50"] > 5 * s_fast["tpot_s"]["p50"]
     assert s_slow["tpot_s"]["p50"] > 5 * engine_tpot_p50(slow)
     assert s_slow["e2e_s"]["p90"] > s_fast["e2e_s"]["p90"]
