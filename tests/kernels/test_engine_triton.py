@@ -27,7 +27,7 @@ def scenario(tmp_path, transfer: str) -> dict:
     (tmp_path / "config.json").write_text(json.dumps(CONFIG))
     return {
         "name": "triton-engine", "seed": 5, "model": str(tmp_path / "config.json"), "gpu": "a100-80gb",
-        "engine": {"max_model_len": 128, "num_gpu_blocks_override": 9},
+        "engine": {"profile": "eager", "max_model_len": 128, "num_gpu_blocks_override": 9},
         "kv": {"allocator": "paged", "block_size": 16, "swap_transfer": transfer},
         "scheduler": {"policy": "chunked-prefill", "max_num_batched_tokens": 32, "max_num_seqs": 4,
                       "preemption": "swap"},
