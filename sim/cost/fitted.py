@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from sim.calib.calibration import Calibration
 from sim.calib.composition import Composition
-from sim.calib.kernel_models import KernelFit, features, roofline_s
+from sim.calib.kernel_models import KernelFit, analytic_s, roofline_s
 from sim.calib.precision import gemm_precision
 from sim.cost.shape import BatchShape
 from sim.model.dtypes import dtype_name
@@ -95,7 +95,7 @@ class FittedCost:
             return self.cal.predict("gemm", m=m, n=n, k=k, dtype=dtype)
         if isinstance(self.gemm_params, KernelFit):  # the fitted form, its params scaled to the math mode
             return self.gemm_params.analytic_s(m=m, n=n, k=k, dtype=dtype)
-        return roofline_s(self.gemm_params, *features("gemm", dict(m=m, n=n, k=k, dtype=dtype)))
+        return analytic_s(self.gemm_params, "gemm", dict(m=m, n=n, k=k, dtype=dtype))
 
     def step_parts(self, shape: BatchShape) -> dict[str, float]:
         """The kernel sum's terms, seconds by kernel (no composition); empty without tokens."""

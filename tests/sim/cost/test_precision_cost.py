@@ -197,3 +197,24 @@ def test_moe_routing_cost_is_positive_and_monotone(which: str) -> None:
         assert "moe_routing" not in build_fitted_cost(load_model("llama-3-8b"), load_calibration(
             "cpu-epyc-2core"), "bf16", 2).step_parts(BatchShape.decode(4, 256))
     assert times == sorted(times)
+
+
+def test_a_scaled_gemm_form_keeps_the_tile_and_wave_term() -> None:
+    """A math mode without a measured grid takes the fitted form with scaled peaks: the
+    tile/wave term of the fit (sim/calib/gemm_tiles.py) must survive the scaling."""
+    import dataclasses
+
+    from sim.calib.calibration import load_calibration
+    from sim.calib.kernel_models import analytic_s
+    from sim.cost.fitted import build_fitted_cost
+    from sim.model.hf_config import load_model
+
+    cal = load_calibration("a100-vidur-linear")
+    cost = build_fitted_cost(load_model("llama-3-8b"), cal)
+    params = dict(cal.kernels["gemm"].params)
+    assert params.get("sm_count") and params.get("tile_m")
+    scaled = dataclasses.replace(cost, gemm_params=params, gemm_measured=frozenset())
+    for m in (1, 65, 200, 4096):
+        assert scaled._gemm(m, 4096, 4096) == analytic_s(params, "gemm", dict(m=m, n=4096, k=4096, dtype=scaled.dtype))
+    # 65 rows pad to two 64-row tiles: dearer per row than 64 rows
+    assert scaled._gemm(65, 4096, 4096) / 65 > scaled._gemm(64, 4096, 4096) / 64
