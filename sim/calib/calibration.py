@@ -78,6 +78,10 @@ class Calibration:
     composition: Composition | None = field(default=None, hash=False, compare=False)
     #: Peaks per math mode and weight-only dequantisation (optional; sim/calib/precision.py).
     precision: Precision | None = field(default=None, hash=False, compare=False)
+    #: Engine-profile numbers measured on this machine (``profiles: {vllm-v1: {step_host_s: ...}}``):
+    #: applied over the profile's defaults, under a scenario's engine.profile_overrides.
+    profiles: dict[str, dict] = field(default_factory=dict, hash=False, compare=False)
+    file: str = field(default="<calibration>", hash=False, compare=False)
 
     @property
     def measured_date(self) -> str | None:
@@ -197,11 +201,12 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
     """Validate a parsed calibration mapping; errors name ``file`` and the key path."""
     if not isinstance(data, dict):
         raise ConfigError(file, "<root>", "a calibration must be a YAML mapping")
-    allowed = {**_TOP_KEYS, "compute_efficiency": None, "provenance": None, "compute_peaks": None, "dequant": None}
+    allowed = {**_TOP_KEYS, "compute_efficiency": None, "provenance": None, "compute_peaks": None, "dequant": None,
+               "profiles": None}
     if data.get("schema") == 2:
         allowed["kernels"] = None
         allowed["composition"] = None
-    optional = {"provenance", "kernels", "composition", "compute_peaks", "dequant"}
+    optional = {"provenance", "kernels", "composition", "compute_peaks", "dequant", "profiles"}
     _check_keys(data, allowed, set(allowed) - optional, file, "")
     v = {k: _check(data[k], kind, rule, file, k) for k, (kind, rule) in _TOP_KEYS.items()}
     if v["schema"] not in SUPPORTED_SCHEMAS:
@@ -223,6 +228,10 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
     nested = next((k for k, val in prov.items() if isinstance(val, (dict, list))), None)
     if nested is not None:
         raise ConfigError(file, f"provenance.{nested}", "expected text, got a mapping or a list")
+    profiles = data.get("profiles") or {}  # per engine profile: this machine's host numbers
+    bad = next((k for k, val in profiles.items() if not isinstance(val, dict)), None) if isinstance(profiles, dict) else ""
+    if bad is not None:  # the keys themselves are checked where the profile is built (sim/cost/build.py)
+        raise ConfigError(file, f"profiles{'.' + str(bad) if bad else ''}", "expected a mapping of profile name -> {key: value}")
     kernels = data.get("kernels") or {}
     if not isinstance(kernels, dict):
         raise ConfigError(file, "kernels", "expected a mapping of kernel name -> fitted model")
@@ -237,6 +246,7 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
         kernels={str(k): kernel_fit_from_dict(str(k), d, file=file) for k, d in kernels.items()},
         composition=composition_from_dict(data["composition"], file=file) if data.get("composition") else None,
         precision=precision_from_dict(data, file=file, peak_flops=v["peak_flops"]),
+        profiles={str(k): dict(val) for k, val in profiles.items()}, file=file,
     )
 
 
@@ -302,4 +312,6 @@ def calibration_to_dict(cal: Calibration) -> dict:
         out["kernels"] = {name: fit.to_dict() for name, fit in cal.kernels.items()}
     if cal.composition is not None:
         out["composition"] = cal.composition.to_dict()
+    if cal.profiles:
+        out["profiles"] = {name: dict(values) for name, values in cal.profiles.items()}
     return out | precision_to_dict(cal.precision)

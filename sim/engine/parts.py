@@ -16,6 +16,7 @@ import numpy as np
 from sim.calib.calibration import load_calibration
 from sim.cost.base import CostModel
 from sim.cost.build import build_profiled_cost
+from sim.cost.profile import PROFILES, EngineProfile, ProfileName, with_calibration
 from sim.errors import ConfigError
 from sim.kv import make_allocator
 from sim.kv.swap import SwapSpace
@@ -112,6 +113,7 @@ class EngineParts:
     preemptor: Preemptor
     scheduler: object
     sessions: list[SessionSpec]
+    profile: EngineProfile = PROFILES[ProfileName.EAGER]  # as run: defaults, calibration, scenario
 
 
 def build_parts(sc: Scenario) -> EngineParts:
@@ -119,8 +121,10 @@ def build_parts(sc: Scenario) -> EngineParts:
     scenario as run: ``sc`` without profile defaults its model vetoes."""
     model, cal, plan = build_plan(sc)
     sc = without_vetoed_defaults(sc, model)
+    profile = with_calibration(PROFILES[sc.engine.profile], cal).with_overrides(
+        sc.engine.profile_overrides.as_dict())  # the profile, this machine's numbers, the scenario's
     cost = build_profiled_cost(
-        model, cal, sc.engine_profile, max_num_seqs=sc.scheduler.max_num_seqs, kv_dtype=KVDtype(sc.engine.kv_dtype),
+        model, cal, profile, max_num_seqs=sc.scheduler.max_num_seqs, kv_dtype=KVDtype(sc.engine.kv_dtype),
         weight_dtype_bytes=DTYPE_BYTES[sc.engine.weight_dtype], quant_group_size=sc.engine.kv_quant_group_size,
         weight_dtype=sc.engine.weight_dtype, compute_dtype=sc.engine.compute_dtype)
     budget = token_budget(sc, model)
@@ -143,10 +147,10 @@ def build_parts(sc: Scenario) -> EngineParts:
         remaining=(remaining_output_model(sc)
                    if sc.scheduler.preemption_victim == VictimPolicy.LONGEST_REMAINING else None),
         watermark_slots=int(sc.scheduler.watermark * plan.num_gpu_blocks * plan.block_size),
-        prefill_first=sc.engine_profile.prefill_first)
+        prefill_first=profile.prefill_first)
     sessions = build_workload(sc, np.random.default_rng(sc.seed))
     return EngineParts(sc, model, cal, plan, cost, budget, allocator, swap, preemptor,
-                       scheduler, sessions)
+                       scheduler, sessions, profile)
 
 
 class SessionDriver:

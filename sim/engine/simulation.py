@@ -48,6 +48,7 @@ class SimResult:
     sim_wall_s: float = 0.0
     end_s: float = 0.0
     calibration_label: str = ""  # "datasheet" or "measured YYYY-MM-DD"
+    profile: object = None  # the engine profile as run (sim.cost.profile.EngineProfile)
     extra: dict = field(default_factory=dict)
 
 
@@ -74,7 +75,7 @@ class Simulation:
         self.env = simpy.Environment()
         self.link = simpy.Resource(self.env, capacity=1)
         self._wakeup = self.env.event()
-        profile = sc.engine_profile
+        profile = parts.profile
         self.frontend = FrontEnd(profile) if profile.has_frontend else None
         self.core = EngineStep(self.scheduler, self.allocator, self.driver, StepLog(),
                                PredictedRunner(self.cost), clock=lambda: self.env.now, hook=step_hook)
@@ -168,4 +169,4 @@ class Simulation:
             calibration_source=str(self.cal.source), requests=self.requests, steps=self.steps,
             scheduler=self.scheduler, preemptor=self.preemptor, allocator=self.allocator,
             swap=self.swap, sim_wall_s=time.perf_counter() - t0, end_s=self.env.now,
-            calibration_label=self.cal.source_label)
+            calibration_label=self.cal.source_label, profile=self.parts.profile)
