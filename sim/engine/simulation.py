@@ -22,6 +22,7 @@ import simpy
 
 from sim.config.scenario import Scenario
 from sim.engine.frontend import FrontEnd
+from sim.engine.macro import DecodeRun
 from sim.engine.metrics import StepLog
 from sim.engine.parts import SessionDriver, build_parts
 from sim.engine.step import EngineStep, PredictedRunner, WaitKind
@@ -61,7 +62,7 @@ class Simulation:
     """
 
     def __init__(self, sc: Scenario, progress=None,
-                 step_hook: Callable[[SchedulerOutput], None] | None = None) -> None:
+                 step_hook: Callable[[SchedulerOutput], None] | None = None, macro_steps: bool = True) -> None:
         parts = build_parts(sc)
         self.sc = sc = parts.sc  # as run (a model may veto a profile default)
         self.parts = parts
@@ -79,6 +80,7 @@ class Simulation:
         self.frontend = FrontEnd(profile) if profile.has_frontend else None
         self.core = EngineStep(self.scheduler, self.allocator, self.driver, StepLog(),
                                PredictedRunner(self.cost), clock=lambda: self.env.now, hook=step_hook)
+        self.macro_steps = macro_steps  # stretches of pure decodes in one go (sim/engine/macro.py)
 
     @property
     def steps(self) -> StepLog:
@@ -127,10 +129,18 @@ class Simulation:
     def _engine(self):
         env, core, has_work, frontend = self.env, self.core, self.scheduler.has_work, self.frontend
         compute = WaitKind.COMPUTE
+        macro = DecodeRun(self) if self.macro_steps else None  # built here: tests may swap the step log first
         while True:
             if not has_work():
                 self._wakeup = env.event()
                 yield self._wakeup
+            if macro is not None and macro.enabled:
+                advanced = yield from macro.run()
+                if advanced:
+                    if self.progress is not None:
+                        sched = self.scheduler
+                        self.progress(env.now, len(sched.finished) + len(sched.rejected), len(self.requests))
+                    continue
             step = core.begin()
             for wait in step.waits:
                 if wait.kind is compute:

@@ -67,3 +67,23 @@ def test_random_scenarios_drain_with_exact_accounting(simulate, assert_drained, 
     budget = result.scenario.max_num_batched_tokens
     if data["scheduler"]["policy"] != "static":
         assert (steps["num_prefill_tokens"] + steps["num_decode_tokens"] <= budget).all()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=tiny_scenarios(), profile=st.sampled_from(["eager", "vllm-v1", "vllm-v0", "sglang"]))
+def test_random_scenarios_give_the_same_results_in_macro_steps(data, profile) -> None:
+    """Stretches of decodes (sim/engine/macro.py) are exact on tight pools, preemption,
+    prefix caching, conversations and every profile's front end."""
+    from sim.config.scenario import parse_scenario
+    from sim.engine.metrics import summarize
+    from sim.engine.simulation import Simulation
+    from sim.outputs.files import requests_csv
+
+    data = {**data, "engine": {**data["engine"], "profile": profile}}
+    runs = []
+    for macro in (True, False):
+        result = Simulation(parse_scenario(data, "/tmp/kvsim-property/macro.yaml"), macro_steps=macro).run()
+        summary = summarize(result)
+        summary.pop("sim_wall_s")
+        runs.append((summary, requests_csv(result.requests), result.steps.table().tolist()))
+    assert runs[0] == runs[1]

@@ -1,0 +1,67 @@
+"""Macro-steps (sim/engine/macro.py) change nothing: every shipped scenario, stepped one by
+one and in stretches, gives the same summary, the same requests and the same step log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sim.config.scenario import load_scenario
+from sim.engine.metrics import summarize
+from sim.engine.simulation import Simulation
+from sim.outputs.files import requests_csv
+
+SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
+SHIPPED = sorted(p.name for p in SCENARIOS.glob("*.yaml"))
+
+
+def _smaller(name: str) -> list[str]:
+    """Keep the test quick: fewer arrivals (the full runs are checked by benchmarks/identical_outputs.py)."""
+    data = load_scenario(SCENARIOS / name).workload
+    if data.trace is not None:
+        return ["workload.duration_s=240"]
+    return [f"workload.num_requests={min(data.num_requests or 400, 400)}"]
+
+
+def _run(name: str, macro: bool, extra=()):
+    sc = load_scenario(SCENARIOS / name, [*_smaller(name), *extra])
+    sim = Simulation(sc, macro_steps=macro)
+    result = sim.run()
+    summary = summarize(result)
+    summary.pop("sim_wall_s", None)
+    return sim, summary, requests_csv(result.requests), result.steps.table()
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_stretches_of_decodes_give_exactly_the_step_by_step_results(name) -> None:
+    sim, summary, requests, steps = _run(name, macro=True)
+    _, summary0, requests0, steps0 = _run(name, macro=False)
+    assert summary == summary0
+    assert requests == requests0
+    assert steps.shape == steps0.shape and (steps == steps0).all()
+
+
+@pytest.mark.parametrize("profile", ["vllm-v1", "vllm-v0", "sglang", "eager"])
+def test_every_profile_with_a_front_end_and_prefix_caching(profile) -> None:
+    extra = [f"engine.profile={profile}"]
+    a = _run("chatbot.yaml", True, extra)
+    b = _run("chatbot.yaml", False, extra)
+    assert a[1] == b[1] and a[2] == b[2] and (a[3] == b[3]).all()
+
+
+def test_most_steps_of_a_chat_run_are_advanced_in_stretches(monkeypatch) -> None:
+    """Not a speed assertion: a count of how many steps the fast path took (it must engage)."""
+    import sim.engine.macro as macro
+
+    advanced = []
+    original = macro.DecodeRun.run
+
+    def counting(self):
+        done = yield from original(self)
+        advanced.append(done)
+        return done
+
+    monkeypatch.setattr(macro.DecodeRun, "run", counting)
+    sim, _, _, steps = _run("chatbot.yaml", True)
+    assert sum(advanced) > 0.3 * len(steps)
