@@ -78,7 +78,7 @@ class DecodeRun:
         B = alloc.block_size
         pool = alloc.pool
         cost = sim.cost
-        held_of = alloc.held_slots
+        tables = alloc.block_tables  # held_slots(r), inlined: len(table) x block_size
         c0 = [r.num_computed_tokens for r in running]
         g0 = [r.num_generated for r in running]
         # step -> indices (into ``running``) of the requests that call allocate_slots then
@@ -88,7 +88,7 @@ class DecodeRun:
         helds = [0] * n
         for i, r in enumerate(running):
             buckets.setdefault(max(0, r.slot_room - c0[i]), []).append(i)
-            h = helds[i] = held_of(r)
+            h = helds[i] = len(tables.get(r.request_id, ())) * B
             f = finals[i]
             s_held += h
             s_minhf += h if h < f else f
@@ -124,7 +124,7 @@ class DecodeRun:
                     r.num_generated = g0[i] + done
                     alloc.allocate_slots(r, 1)  # cannot fail: enough free blocks (checked)
                     h_old, f = helds[i], finals[i]
-                    h = helds[i] = held_of(r)
+                    h = helds[i] = len(tables[r.request_id]) * B
                     s_held += h - h_old
                     s_minhf += (h if h < f else f) - (h_old if h_old < f else f)
                     buckets.setdefault(done + max(1, r.slot_room - r.num_computed_tokens), []).append(i)
