@@ -25,7 +25,8 @@ CASES_DIR = HERE / "cases"
 
 FAMILIES = ("step_latency", "saturated_throughput", "latency_under_load", "memory_plan")
 PROFILES = ("eager", "vllm-v1", "vllm-v0", "sglang", "trtllm", "compiled")  # sim/cost/profile.py
-REQUIRES = ("tensor_parallel",)  # capabilities kvsim lacks: such cases are listed, not run
+#: Capabilities kvsim lacks (issue #15 after tensor parallelism): such cases are listed, not run.
+REQUIRES = ("pipeline_parallel", "replicas", "disaggregation")
 
 TOP_KEYS = {"id", "family", "engine", "engine_version", "profile", "citation", "published",
             "scenario", "notes", "requires", "compute_dtype"}

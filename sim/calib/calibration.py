@@ -26,9 +26,9 @@ kernel models, ``{gemm: {params: {...}, cv_mape, grid: [...]}, decode_attention:
 (see sim/calib/kernel_models.py); the scalar keys above then hold the fitted copy bandwidth,
 GEMM throughput, PCIe rate and overheads, so code that reads only them keeps working.
 It may also hold ``composition:``, the correction from the kernel sum to a measured
-engine step (sim/calib/composition.py). Either schema may hold ``compute_peaks:`` (peak
-per GEMM math mode) and ``dequant:`` (weight-only dequantisation): sim/calib/precision.py.
-Schema 1 files (the shipped datasheets) are read unchanged.
+engine step (sim/calib/composition.py). Either schema may hold ``compute_peaks:`` (peak per
+GEMM math mode) and ``dequant:`` (weight-only dequantisation): sim/calib/precision.py; and
+``interconnect:`` (tensor-parallel all-reduce bandwidth and latency): sim/calib/interconnect.py.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.calib.composition import Composition, composition_from_dict
+from sim.calib.interconnect import Interconnect, interconnect_from_dict, interconnect_to_dict
 from sim.errors import ConfigError, read_yaml_file
 from sim.calib.kernel_models import KernelFit, features, kernel_fit_from_dict, roofline_s
 from sim.calib.precision import Precision, precision_from_dict, precision_to_dict
@@ -81,6 +82,7 @@ class Calibration:
     #: Engine-profile numbers measured on this machine (``profiles: {vllm-v1: {step_host_s: ...}}``):
     #: applied over the profile's defaults, under a scenario's engine.profile_overrides.
     profiles: dict[str, dict] = field(default_factory=dict, hash=False, compare=False)
+    interconnect: Interconnect | None = field(default=None, hash=False, compare=False)  # sim/calib/interconnect.py
     file: str = field(default="<calibration>", hash=False, compare=False)
 
     @property
@@ -202,11 +204,11 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
     if not isinstance(data, dict):
         raise ConfigError(file, "<root>", "a calibration must be a YAML mapping")
     allowed = {**_TOP_KEYS, "compute_efficiency": None, "provenance": None, "compute_peaks": None, "dequant": None,
-               "profiles": None}
+               "profiles": None, "interconnect": None}
     if data.get("schema") == 2:
         allowed["kernels"] = None
         allowed["composition"] = None
-    optional = {"provenance", "kernels", "composition", "compute_peaks", "dequant", "profiles"}
+    optional = {"provenance", "kernels", "composition", "compute_peaks", "dequant", "profiles", "interconnect"}
     _check_keys(data, allowed, set(allowed) - optional, file, "")
     v = {k: _check(data[k], kind, rule, file, k) for k, (kind, rule) in _TOP_KEYS.items()}
     if v["schema"] not in SUPPORTED_SCHEMAS:
@@ -247,6 +249,7 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
         composition=composition_from_dict(data["composition"], file=file) if data.get("composition") else None,
         precision=precision_from_dict(data, file=file, peak_flops=v["peak_flops"]),
         profiles={str(k): dict(val) for k, val in profiles.items()}, file=file,
+        interconnect=interconnect_from_dict(data.get("interconnect"), file=file),
     )
 
 
@@ -314,4 +317,4 @@ def calibration_to_dict(cal: Calibration) -> dict:
         out["composition"] = cal.composition.to_dict()
     if cal.profiles:
         out["profiles"] = {name: dict(values) for name, values in cal.profiles.items()}
-    return out | precision_to_dict(cal.precision)
+    return out | precision_to_dict(cal.precision) | interconnect_to_dict(cal.interconnect)

@@ -14,6 +14,7 @@ from typing import Any
 from sim.errors import ConfigError
 from sim.model.attention import attention_layers, is_mixed, kv_bytes_per_seq, simulator_bytes_per_seq
 from sim.model.dtypes import DTYPE_BYTES
+from sim.model.parallel import check_tensor_parallel, kv_heads_per_gpu, shard_model
 from sim.model.spec import KVDtype, kv_bytes_per_token, max_kv_tokens_per_seq, weight_bytes
 from sim.model.hf_config import load_model
 
@@ -44,6 +45,9 @@ def add_kv_parser(subparsers: Any) -> None:
     p.add_argument("--max-num-seqs", default="256", metavar="N", help="for the sampler's profiling (default 256)")
     p.add_argument("--max-num-batched-tokens", default="8192", metavar="N",
                    help="tokens of the profiling forward pass (default 8192)")
+    p.add_argument("--tp", default="1", metavar="N",
+                   help="tensor-parallel size, 1, 2, 4 or 8 (default 1): the plan of each of N GPUs one replica"
+                        " is split over (vLLM's --tensor-parallel-size)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=run_kv)
 
@@ -73,6 +77,9 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
     block_size = _number(args.block_size, "--block-size", int)
     util = _number(args.gpu_memory_utilization, "--gpu-memory-utilization", float, upper=1.0)
     model = load_model(args.model, source=CLI, key="--model")
+    tp = _number(getattr(args, "tp", "1"), "--tp", int)
+    check_tensor_parallel(model, tp, CLI, "--tp")
+    shard = shard_model(model, tp)  # one GPU's share (the model itself for --tp 1)
     max_model_len = (_number(args.max_model_len, "--max-model-len", int)
                      if args.max_model_len is not None else model.max_position_embeddings)
     per_token = kv_bytes_per_token(model, kv_dtype, quant_group_size=group)
@@ -85,8 +92,12 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
         "attention_layers": attention_layers(model), "is_moe": model.is_moe,
         "num_params": model.num_params, "num_active_params": model.num_active_params,
         "weight_dtype": weight_dtype, "weight_bytes": weight_bytes(model, DTYPE_BYTES[weight_dtype]),
-        "max_model_len": max_model_len,
+        "max_model_len": max_model_len, "tensor_parallel_size": tp,
     }
+    if tp > 1:  # per GPU: its share of the weights and of every token's KV
+        out |= {"weight_bytes_per_gpu": weight_bytes(shard, DTYPE_BYTES[weight_dtype]),
+                "kv_heads_per_gpu": None if model.is_mla else kv_heads_per_gpu(model, tp),
+                "bytes_per_token_per_gpu": kv_bytes_per_token(shard, kv_dtype, quant_group_size=group)}
     if max_model_len is not None:
         seq_tokens = max_kv_tokens_per_seq(model, max_model_len)
         blocks = math.ceil(seq_tokens / block_size)
@@ -97,15 +108,17 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
                 "simulator_bytes_per_seq": simulator_bytes_per_seq(
                     model, kv_dtype, max_model_len, block_size=block_size, quant_group_size=group)}
     if args.gpu is not None:
-        out |= _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, weight_dtype)
+        out |= _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, weight_dtype, tp)
         if is_mixed(model):  # the plan counts every layer at full length: give the exact figures
-            seqs = out["kv_pool_bytes"] // out["bytes_per_seq"]
+            seq = kv_bytes_per_seq(shard, kv_dtype, max_model_len, block_size=block_size, quant_group_size=group)
+            seqs = out["kv_pool_bytes"] // seq
+            gpu_block = math.ceil(kv_bytes_per_token(shard, kv_dtype, quant_group_size=group) * block_size)
             out |= {"max_full_length_seqs": seqs, "fits_one_sequence": seqs >= 1,
-                    "max_concurrency": out["num_gpu_blocks"] * per_block / out["bytes_per_seq"]}
+                    "max_concurrency": out["num_gpu_blocks"] * gpu_block / seq}
     return out
 
 
-def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, weight_dtype) -> dict[str, Any]:
+def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, weight_dtype, tp) -> dict[str, Any]:
     from sim.calib.calibration import load_calibration  # noqa: PLC0415
     from sim.model.memory import plan_memory  # noqa: PLC0415
 
@@ -120,9 +133,10 @@ def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, 
                            max_num_seqs=_number(args.max_num_seqs, "--max-num-seqs", int),
                            max_num_batched_tokens=_number(args.max_num_batched_tokens,
                                                           "--max-num-batched-tokens", int),
-                           source=CLI)
+                           tensor_parallel_size=tp, source=CLI)
     except ConfigError as exc:  # name the flag the user can change
-        raise ConfigError(CLI, "--" + exc.key.replace("_", "-"), exc.message) from None
+        flag = "--tp" if exc.key == "tensor_parallel_size" else "--" + exc.key.replace("_", "-")
+        raise ConfigError(CLI, flag, exc.message) from None
     return {
         "gpu": cal.name, "gpu_name": cal.gpu_name, "gpu_memory_bytes": plan.gpu_memory_bytes,
         "gpu_memory_utilization": plan.gpu_memory_utilization,
@@ -132,6 +146,7 @@ def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, 
         "max_full_length_seqs": plan.max_full_length_seqs, "max_concurrency": plan.max_concurrency,
         "simulator_max_full_length_seqs": plan.max_full_length_seqs,
         "fits_one_sequence": plan.max_full_length_seqs >= 1,
+        "total_kv_pool_bytes": plan.kv_pool_bytes * tp,  # every GPU's pool: tp x the per-GPU one
     }
 
 
@@ -170,14 +185,25 @@ def _print_table(r: dict[str, Any]) -> None:
     rows.append(("parameters", params))
     rows.append((f"weights ({r['weight_dtype']}, {DTYPE_BYTES[r['weight_dtype']]:g} bytes/param)",
                  _human_bytes(r["weight_bytes"])))
+    tp = r["tensor_parallel_size"]
+    gpu = " per GPU" if tp > 1 else ""
+    if tp > 1:
+        heads = "one latent (MLA, replicated)" if r["kv_heads_per_gpu"] is None else f"{r['kv_heads_per_gpu']}"
+        rows += [("tensor parallel", f"{tp} GPUs, each holding its share of every layer"),
+                 ("weights per GPU", _human_bytes(r["weight_bytes_per_gpu"])),
+                 ("KV heads per GPU", heads),
+                 ("bytes per token per GPU", _human_bytes(r["bytes_per_token_per_gpu"]))]
     if "num_gpu_blocks" in r:
-        rows += [("GPU", f"{r['gpu_name']} ({_human_bytes(r['gpu_memory_bytes'])})"),
+        rows += [("GPU", f"{tp} x " * (tp > 1) + f"{r['gpu_name']} ({_human_bytes(r['gpu_memory_bytes'])})"),
                  ("gpu_memory_utilization", f"{r['gpu_memory_utilization']}"),
-                 ("activation peak (estimate)", _human_bytes(r["activation_peak_bytes"])),
-                 ("runtime overhead", _human_bytes(r["runtime_overhead_bytes"])),
-                 ("KV pool", _human_bytes(r["kv_pool_bytes"])),
-                 ("num_gpu_blocks", f"{r['num_gpu_blocks']:,}"),
-                 ("pool tokens", f"{r['pool_tokens']:,}"),
+                 ("activation peak (estimate)" + gpu, _human_bytes(r["activation_peak_bytes"])),
+                 ("runtime overhead" + gpu, _human_bytes(r["runtime_overhead_bytes"])),
+                 ("KV pool" + gpu, _human_bytes(r["kv_pool_bytes"])),
+                 ("num_gpu_blocks" + gpu, f"{r['num_gpu_blocks']:,}")]
+        if tp > 1:
+            rows.append(("KV pool, all GPUs", _human_bytes(r["total_kv_pool_bytes"])))
+        rows += [("pool tokens" + (" (total: each GPU holds its heads of every token)" if tp > 1 else ""),
+                  f"{r['pool_tokens']:,}"),
                  ("full-length requests at once", f"{r['max_full_length_seqs']:,}")]
         if r["simulator_max_full_length_seqs"] != r["max_full_length_seqs"]:
             rows.append(("  as `sim run` counts them", f"{r['simulator_max_full_length_seqs']:,}"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sim.config.limits import nonneg_float, nonneg_int, pos_float, pos_int
 from sim.config.paths import resolve_in
@@ -205,6 +205,14 @@ class EngineConfig(_Frozen):
     activation_peak_bytes: nonneg_int("engine.activation_peak_bytes") | None = None
     runtime_overhead_bytes: nonneg_int("engine.runtime_overhead_bytes") | None = None
     num_gpu_blocks_override: pos_int("engine.num_gpu_blocks_override") | None = None
+    tensor_parallel_size: Literal[1, 2, 4, 8] = 1  # GPUs one replica is split over (sim/model/parallel.py)
+
+    @field_validator("tensor_parallel_size", mode="before")
+    @classmethod
+    def _tp_not_bool(cls, value):
+        if isinstance(value, bool) or isinstance(value, float):  # YAML's true or 2.0 would pass as 1 or 2
+            raise ValueError(f"expected 1, 2, 4 or 8, got {value!r}")
+        return value
 
 
 class TokenEvictionConfig(_Frozen):

@@ -50,6 +50,15 @@ lacks is a ConfigError naming ``compute_peaks.<mode>``. A calibration without
 ``compute_peaks`` and ``dequant`` keeps the legacy charge: every mode at ``peak_flops``,
 activations in the weight dtype, weights over B.
 
+Tensor parallelism (``tensor_parallel_size`` = tp > 1, sim/model/parallel.py): every term
+above is one GPU's, on its share of the model (sharded GEMM shapes, its attention and KV
+heads, its slice of the vocabulary), and the step adds the collectives of the calibration's
+``interconnect`` (sim/calib/interconnect.py), each with a kernel launch:
+
+      + (2 x layers + 1) all-reduces of m x hidden x activation bytes (after attention's O
+        projection and after the MLP's down projection, and the vocab-parallel embedding's)
+      + one all-gather of the logits (num_seqs x vocab x activation bytes)
+
 Measured calibrations (schema 2, with a fitted ``gemm``) use the fitted kernel models
 instead: sim/cost/fitted.py.
 """
@@ -59,8 +68,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.calib.calibration import Calibration
+from sim.calib.interconnect import require_interconnect
 from sim.calib.precision import gemm_precision
 from sim.cost.shape import BatchShape
+from sim.model.parallel import shard_model
 from sim.model.spec import (
     MOE_ROUTING_KERNELS_PER_LAYER, KVDtype, ModelSpec, attn_flops_per_pair, elementwise_bytes_per_token,
     kv_bytes_per_token, linear_ops, lm_head_op, moe_routing_bytes_per_token)
@@ -99,6 +110,9 @@ class DatasheetCost:
     device_copy_bytes_per_s: float = float("inf")  # achieved device memory bandwidth (staging copies)
     kernel_launch_s: float = 0.0
     compute_dtype: str = "bf16"  # the GEMMs' math mode (sim/calib/precision.py gemm_precision)
+    #: tensor parallelism's collectives (None: one GPU): (all-reduces per step, fixed seconds
+    #: and seconds per token of each, the logits all-gather's fixed seconds and seconds per row)
+    collectives: tuple[int, float, float, float, float] | None = None
 
     @property
     def composition(self) -> None:
@@ -129,6 +143,8 @@ class DatasheetCost:
             compute_s = flop_s * (num_seqs + m_half)
             t += (weight_s if weight_s > compute_s else compute_s) + launch_s
         t += (shape.decode_kv_tokens + shape.prefill_kv_tokens) * self.kv_read_s_per_token
+        if self.collectives is not None:
+            t += collectives_s(self.collectives, m, num_seqs)
         return t + shape.prefill_attn_pairs * self.attn_s_per_pair
 
     def staging_time_s(self, num_bytes: float, num_launches: int = 1) -> float:
@@ -146,13 +162,38 @@ class DatasheetCost:
         return num_bytes / self.pcie_bandwidth_bytes_per_s + copies * PCIE_COPY_LATENCY_S
 
 
+def collectives_s(collectives: tuple[int, float, float, float, float], m: int, num_seqs: int) -> float:
+    """Seconds of a step's tensor-parallel collectives (``build_collectives``) for m tokens."""
+    count, fixed_s, per_token_s, gather_fixed_s, gather_per_seq_s = collectives
+    t = count * (fixed_s + m * per_token_s)
+    return t + gather_fixed_s + num_seqs * gather_per_seq_s if num_seqs > 0 else t
+
+
+def build_collectives(model: ModelSpec, calibration: Calibration, tp: int, act_bytes: float,
+                      launch_s: float) -> tuple[int, float, float, float, float] | None:
+    """The collectives of one step of ``model`` (the whole model, not a shard) over ``tp`` GPUs,
+    as ``collectives_s`` reads them (module docstring); None for one GPU. ConfigError naming the
+    calibration's ``interconnect`` when it has none."""
+    ic = require_interconnect(calibration, tp)
+    if ic is None:
+        return None
+    per_token = model.hidden_size * act_bytes * ic.allreduce_s_per_byte(tp)
+    per_seq = model.vocab_size * act_bytes * ic.allgather_s_per_byte(tp)
+    fixed = ic.allreduce_latency_s + launch_s
+    return (2 * model.num_layers + 1, fixed, per_token, fixed, per_seq)
+
+
 def build_datasheet_cost(model: ModelSpec, calibration: Calibration, kv_dtype: KVDtype | str = KVDtype.BF16,
                          weight_dtype_bytes: float = 2, *, quant_group_size: int = 64,
-                         weight_dtype: str | None = None, compute_dtype: str | None = None) -> DatasheetCost:
+                         weight_dtype: str | None = None, compute_dtype: str | None = None,
+                         tensor_parallel_size: int = 1) -> DatasheetCost:
     """Precompute the constants of ``DatasheetCost.step_time_s``; ``weight_dtype`` and
-    ``compute_dtype`` pick the math mode and dequantisation (module docstring)."""
+    ``compute_dtype`` pick the math mode and dequantisation, ``tensor_parallel_size`` the GPUs
+    the model is split over (module docstring)."""
     cal = calibration
     gp = gemm_precision(cal, weight_dtype, weight_dtype_bytes, compute_dtype)
+    collectives = build_collectives(model, cal, tensor_parallel_size, gp.act_bytes, cal.kernel_launch_s)
+    name, model = model.name, shard_model(model, tensor_parallel_size)  # the model itself on one GPU
     bw = cal.effective_bandwidth_bytes_per_s
     weight_bw = bw * gp.weight_read_efficiency
     flops = gp.peak_flops * cal.compute_eff_max
@@ -173,7 +214,7 @@ def build_datasheet_cost(model: ModelSpec, calibration: Calibration, kv_dtype: K
     if model.is_moe:
         traffic += moe_routing_bytes_per_token(model, gp.act_bytes)
     return DatasheetCost(
-        model_name=model.name, calibration_name=cal.name, kv_dtype=KVDtype(kv_dtype),
+        model_name=name, calibration_name=cal.name, kv_dtype=KVDtype(kv_dtype),
         m_half_tokens=cal.compute_m_half_tokens, dense_ops=tuple(dense), expert_ops=tuple(experts),
         lm_head=(head.k * head.n * weight_dtype_bytes / weight_bw, 2 * head.k * head.n / flops, launch),
         kv_read_s_per_token=kv_bytes / bw,
@@ -182,5 +223,5 @@ def build_datasheet_cost(model: ModelSpec, calibration: Calibration, kv_dtype: K
         fixed_step_s=cal.step_overhead_s + kernels * launch,
         pcie_bandwidth_bytes_per_s=cal.pcie_bandwidth_bytes_per_s,
         device_copy_bytes_per_s=cal.effective_bandwidth_bytes_per_s, kernel_launch_s=cal.kernel_launch_s,
-        compute_dtype=gp.compute,
+        compute_dtype=gp.compute, collectives=collectives,
     )

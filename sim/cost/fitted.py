@@ -35,6 +35,11 @@ used with its fitted ``flops_per_s`` scaled by compute_peaks[mode] / compute_pea
 bandwidth by the weight-only ``dequant`` fraction, when the calibration has those sections;
 without them the fitted form is used as it is (the legacy charge, the dtype named by the
 weights' element size).
+
+Tensor parallelism (sim/model/parallel.py): the kernels are those of one GPU's share of the
+model (the sharded GEMM shapes, its heads), and the collectives of sim/cost/datasheet.py
+(the calibration's ``interconnect``) are added after the composition, which was fitted on
+one GPU's steps and so does not scale them.
 """
 
 from __future__ import annotations
@@ -47,8 +52,10 @@ from sim.calib.calibration import Calibration
 from sim.calib.composition import Composition
 from sim.calib.kernel_models import KernelFit, analytic_s, roofline_s
 from sim.calib.precision import gemm_precision
+from sim.cost.datasheet import build_collectives, collectives_s
 from sim.cost.shape import BatchShape
 from sim.model.dtypes import dtype_name
+from sim.model.parallel import shard_model
 from sim.model.spec import (
     MOE_ROUTING_KERNELS_PER_LAYER, KVDtype, ModelSpec, attn_flops_per_pair, elementwise_bytes_per_token,
     kv_bytes_per_token, linear_ops, lm_head_op, moe_routing_bytes_per_token)
@@ -85,6 +92,7 @@ class FittedCost:
     gemm_measured: frozenset = frozenset()  # (n, k, dtype) rows of the fitted gemm's grid
     moe_routing_bytes_per_token: float = 0.0
     moe_routing_launches: int = 0  # per step: MoE layers x routing kernels
+    collectives: tuple[int, float, float, float, float] | None = None  # tensor parallelism (datasheet.py)
 
     def without_composition(self) -> FittedCost:
         return dataclasses.replace(self, composition=None) if self.composition is not None else self
@@ -144,8 +152,12 @@ class FittedCost:
         if not parts:
             return 0.0
         if self.composition is None:
-            return sum(parts.values())
-        return self.composition.apply(parts, self.num_layers, idle_before_s)
+            t = sum(parts.values())
+        else:
+            t = self.composition.apply(parts, self.num_layers, idle_before_s)
+        if self.collectives is not None:
+            t += collectives_s(self.collectives, shape.num_prefill_tokens + shape.num_decode_tokens, shape.num_seqs)
+        return t
 
     def staging_time_s(self, num_bytes: float, num_launches: int = 1) -> float:
         """The fitted device-to-device copy, once per launch on its share of the bytes."""
@@ -191,8 +203,13 @@ def _gemm_precision(cal: Calibration, weight_dtype: str | None, weight_dtype_byt
 
 def build_fitted_cost(model: ModelSpec, cal: Calibration, kv_dtype: KVDtype | str = KVDtype.BF16,
                       weight_dtype_bytes: float = 2, *, quant_group_size: int = 64,
-                      weight_dtype: str | None = None, compute_dtype: str | None = None) -> FittedCost:
-    """Precompute the shapes and per-token quantities of ``FittedCost.step_time_s``."""
+                      weight_dtype: str | None = None, compute_dtype: str | None = None,
+                      tensor_parallel_size: int = 1) -> FittedCost:
+    """Precompute the shapes and per-token quantities of ``FittedCost.step_time_s``; with
+    ``tensor_parallel_size`` > 1 those of one GPU's share, plus the collectives."""
+    gp = gemm_precision(cal, weight_dtype, weight_dtype_bytes, compute_dtype)
+    collectives = build_collectives(model, cal, tensor_parallel_size, gp.act_bytes, cal.kernel_launch_s)
+    name, model = model.name, shard_model(model, tensor_parallel_size)  # the model itself on one GPU
     L, h = model.num_layers, model.hidden_size
     kv_bytes = kv_bytes_per_token(model, kv_dtype, quant_group_size=quant_group_size)
     dense, experts = [], []
@@ -214,7 +231,7 @@ def build_fitted_cost(model: ModelSpec, cal: Calibration, kv_dtype: KVDtype | st
                                                                    compute_dtype)
     routing_launches = model.num_moe_layers * MOE_ROUTING_KERNELS_PER_LAYER if model.is_moe else 0
     return FittedCost(
-        model_name=model.name, calibration_name=cal.name, kv_dtype=KVDtype(kv_dtype),
+        model_name=name, calibration_name=cal.name, kv_dtype=KVDtype(kv_dtype),
         cal=cal, dtype=dtype_name(weight_dtype_bytes), vocab_size=model.vocab_size, hidden_size=h,
         dense_ops=tuple(dense), expert_ops=tuple(experts), lm_head=(head.n, head.k), num_layers=L,
         kv_bytes_per_token_layer=kv_bytes / L, attn_flops_per_pair_layer=attn_flops_per_pair(model) / L,
@@ -224,4 +241,4 @@ def build_fitted_cost(model: ModelSpec, cal: Calibration, kv_dtype: KVDtype | st
         elementwise=elementwise, other_measured_bytes_per_token=h * weight_dtype_bytes,
         composition=cal.composition, gemm_dtype=gemm_dtype, gemm_params=gemm_params, gemm_measured=measured,
         moe_routing_bytes_per_token=moe_routing_bytes_per_token(model, act_bytes),
-        moe_routing_launches=routing_launches)
+        moe_routing_launches=routing_launches, collectives=collectives)

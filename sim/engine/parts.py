@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.calib.calibration import load_calibration
+from sim.calib.interconnect import require_interconnect
 from sim.cost.base import CostModel
 from sim.cost.build import build_profiled_cost
 from sim.cost.profile import PROFILES, EngineProfile, ProfileName, with_calibration
@@ -23,6 +24,7 @@ from sim.kv.swap import SwapSpace
 from sim.kv.token_budget import TokenBudget, TokenEviction
 from sim.model.dtypes import DTYPE_BYTES
 from sim.model.memory import MemoryPlan, check_fits_one_sequence, plan_memory
+from sim.model.parallel import TP_KEY, check_tensor_parallel
 from sim.model.spec import KVDtype, ModelSpec
 from sim.model.hf_config import load_model
 from sim.request import Request
@@ -45,6 +47,8 @@ def build_plan(sc: Scenario):
     model = load_model(relative_to_scenario(sc, sc.model), source=src)
     cal = load_calibration(relative_to_scenario(sc, sc.gpu), source=src, key="gpu")
     eng = sc.engine
+    check_tensor_parallel(model, eng.tensor_parallel_size, src, TP_KEY)
+    require_interconnect(cal, eng.tensor_parallel_size)  # tp > 1: the calibration must have one
     plan = plan_memory(
         model, cal.memory_bytes, gpu_memory_utilization=eng.gpu_memory_utilization,
         block_size=sc.kv.block_size, kv_dtype=KVDtype(eng.kv_dtype),
@@ -52,7 +56,8 @@ def build_plan(sc: Scenario):
         max_num_batched_tokens=sc.max_num_batched_tokens, max_num_seqs=sc.scheduler.max_num_seqs,
         max_model_len=eng.max_model_len, activation_peak_bytes=eng.activation_peak_bytes,
         runtime_overhead_bytes=eng.runtime_overhead_bytes, quant_group_size=eng.kv_quant_group_size,
-        num_gpu_blocks_override=eng.num_gpu_blocks_override, source=src,
+        num_gpu_blocks_override=eng.num_gpu_blocks_override, tensor_parallel_size=eng.tensor_parallel_size,
+        source=src,
     )
     budget = token_budget(without_vetoed_defaults(sc, model), model)
     plan = dataclasses.replace(plan, max_kv_tokens_per_seq=budget.kept_tokens(eng.max_model_len))
@@ -126,7 +131,8 @@ def build_parts(sc: Scenario) -> EngineParts:
     cost = build_profiled_cost(
         model, cal, profile, max_num_seqs=sc.scheduler.max_num_seqs, kv_dtype=KVDtype(sc.engine.kv_dtype),
         weight_dtype_bytes=DTYPE_BYTES[sc.engine.weight_dtype], quant_group_size=sc.engine.kv_quant_group_size,
-        weight_dtype=sc.engine.weight_dtype, compute_dtype=sc.engine.compute_dtype)
+        weight_dtype=sc.engine.weight_dtype, compute_dtype=sc.engine.compute_dtype,
+        tensor_parallel_size=sc.engine.tensor_parallel_size)
     budget = token_budget(sc, model)
     allocator = make_allocator(
         sc.kv.allocator, num_blocks=plan.num_gpu_blocks, block_size=sc.kv.block_size,

@@ -12,6 +12,13 @@ is left of ``gpu_memory_utilization`` x total memory::
 If the pool is empty vLLM refuses to start (``plan_memory`` raises ConfigError). If it
 cannot hold one ``max_model_len`` sequence vLLM refuses too; that check is separate
 (``check_fits_one_sequence``) so a simulator can choose to run anyway.
+
+With tensor parallelism (``tensor_parallel_size`` = tp > 1) every term is per GPU, as each
+vLLM worker profiles its own GPU: the weights and bytes per token are those of one GPU's
+share of the model (sim/model/parallel.py ``shard_model``), the activation peak is the
+sharded layers' plus the sampler over the whole vocabulary (the logits are gathered), and
+the pool's blocks are the same on every GPU: a token's KV is spread over the tp GPUs, so
+the replica holds ``num_gpu_blocks x block_size`` tokens.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import math
 from dataclasses import dataclass
 
 from sim.errors import ConfigError
+from sim.model.parallel import check_tensor_parallel, shard_model
 from sim.model.spec import (
     KVDtype, MlpKind, ModelSpec, kv_bytes_per_token, linear_ops, max_kv_tokens_per_seq, weight_bytes)
 
@@ -57,6 +65,7 @@ class MemoryPlan:
     num_gpu_blocks: int
     max_model_len: int
     max_kv_tokens_per_seq: int  # min(max_model_len, sliding_window)
+    tensor_parallel_size: int = 1  # GPUs of the replica; every size above is per GPU
 
     @property
     def pool_tokens(self) -> int:
@@ -80,7 +89,8 @@ class MemoryPlan:
 
 
 def estimate_activation_peak_bytes(model: ModelSpec, *, max_num_batched_tokens: int,
-                                  max_num_seqs: int, dtype_bytes: float = 2) -> int:
+                                  max_num_seqs: int, dtype_bytes: float = 2,
+                                  sampler_vocab_size: int | None = None) -> int:
     """Estimate of the activation peak vLLM's profiling run measures, in bytes.
 
     Per token, in the weight dtype: the residual stream and the hidden states
@@ -90,7 +100,9 @@ def estimate_activation_peak_bytes(model: ModelSpec, *, max_num_batched_tokens: 
       fc1 output and activation, 2 x ffn_dim); MoE layers: that for each of the top-k
       routed experts and for the shared experts, plus the router logits.
     Times ``max_num_batched_tokens``; plus the sampler: ``max_num_seqs`` x vocab_size x
-    4 bytes x SAMPLER_FP32_COPIES. An estimate: the true peak depends on kernels and fusion.
+    4 bytes x SAMPLER_FP32_COPIES (``sampler_vocab_size``, default the model's: a tensor-parallel
+    GPU's share of the model samples over the whole, gathered vocabulary). An estimate: the
+    true peak depends on kernels and fusion.
     """
     ops = {op.name: op for op in linear_ops(model)}
     attn = sum(ops[n].n for n in ("qkv", "q", "q_b", "kv_a", "kv_b") if n in ops)
@@ -102,7 +114,8 @@ def estimate_activation_peak_bytes(model: ModelSpec, *, max_num_batched_tokens: 
         mlp = max(mlp, moe + model.num_experts)
     per_token = 2 * model.hidden_size + max(attn, mlp)
     hidden = math.ceil(max_num_batched_tokens * per_token * dtype_bytes)
-    return hidden + max_num_seqs * model.vocab_size * 4 * SAMPLER_FP32_COPIES
+    vocab = model.vocab_size if sampler_vocab_size is None else sampler_vocab_size
+    return hidden + max_num_seqs * vocab * 4 * SAMPLER_FP32_COPIES
 
 
 def _gib(x: float) -> str:
@@ -115,12 +128,13 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
                 max_num_seqs: int = 256, max_model_len: int,
                 activation_peak_bytes: int | None = None, runtime_overhead_bytes: int | None = None,
                 quant_group_size: int = 64, num_gpu_blocks_override: int | None = None,
-                source: str = "<cli>") -> MemoryPlan:
+                tensor_parallel_size: int = 1, source: str = "<cli>") -> MemoryPlan:
     """Size the KV pool; raise ConfigError(source, key, ...) for bad arguments or no room.
 
     ``activation_peak_bytes`` / ``runtime_overhead_bytes`` default to this module's
     estimates. ``num_gpu_blocks_override`` replaces the computed block count (vLLM's option
-    of that name) but the pool must still be positive.
+    of that name) but the pool must still be positive. ``tensor_parallel_size``: the plan of one
+    GPU of a tensor-parallel replica (module docstring).
     """
     _require(0 < gpu_memory_utilization <= 1, source, "gpu_memory_utilization",
              f"must be in (0, 1], got {gpu_memory_utilization}")
@@ -137,24 +151,28 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
     except ValueError:
         raise ConfigError(source, "kv_dtype", f"got {kv_dtype!r}; allowed: "
                           f"{', '.join(d.value for d in KVDtype)}") from None
-    weights = weight_bytes(model, weight_dtype_bytes)
+    tp = tensor_parallel_size
+    check_tensor_parallel(model, tp, source, "tensor_parallel_size")
+    shard = shard_model(model, tp)  # the model itself when tp == 1
+    weights = weight_bytes(shard, weight_dtype_bytes)
     if activation_peak_bytes is None:
         activation_peak_bytes = estimate_activation_peak_bytes(
-            model, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-            dtype_bytes=weight_dtype_bytes)
+            shard, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+            dtype_bytes=weight_dtype_bytes, sampler_vocab_size=model.vocab_size)
     if runtime_overhead_bytes is None:
         runtime_overhead_bytes = DEFAULT_RUNTIME_OVERHEAD_BYTES
     budget = gpu_memory_bytes * gpu_memory_utilization
     pool = math.floor(budget - weights - activation_peak_bytes - runtime_overhead_bytes)
-    per_token = kv_bytes_per_token(model, dtype, quant_group_size=quant_group_size)
+    per_token = kv_bytes_per_token(shard, dtype, quant_group_size=quant_group_size)
     per_block = math.ceil(per_token * block_size)
     if pool <= 0 or (num_gpu_blocks_override is None and pool < per_block):
+        per_gpu = f", 1/{tp} of it per GPU" if tp > 1 else ""
         raise ConfigError(source, "gpu_memory_utilization", (
             f"no memory left for the KV cache: {gpu_memory_utilization} x {_gib(gpu_memory_bytes)}"
-            f" = {_gib(budget)}, minus weights {_gib(weights)} ({model.name}), activations"
+            f" = {_gib(budget)}, minus weights {_gib(weights)} ({model.name}{per_gpu}), activations"
             f" {_gib(activation_peak_bytes)}, runtime overhead {_gib(runtime_overhead_bytes)}"
-            f" leaves {_gib(pool)}; use a bigger GPU, a smaller model or lower max_num_batched_tokens,"
-            f" or raise gpu_memory_utilization"))
+            f" leaves {_gib(pool)}; use a bigger GPU, a smaller model, more GPUs (tensor_parallel_size)"
+            f" or lower max_num_batched_tokens, or raise gpu_memory_utilization"))
     num_blocks = num_gpu_blocks_override or pool // per_block
     if num_blocks > MAX_GPU_BLOCKS:
         key = "num_gpu_blocks_override" if num_gpu_blocks_override else "block_size"
@@ -168,7 +186,7 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
         runtime_overhead_bytes=runtime_overhead_bytes, kv_pool_bytes=pool, kv_dtype=dtype,
         bytes_per_token=per_token, block_size=block_size, bytes_per_block=per_block,
         num_gpu_blocks=num_blocks, max_model_len=max_model_len,
-        max_kv_tokens_per_seq=max_kv_tokens_per_seq(model, max_model_len))
+        max_kv_tokens_per_seq=max_kv_tokens_per_seq(model, max_model_len), tensor_parallel_size=tp)
 
 
 def check_fits_one_sequence(plan: MemoryPlan, max_model_len: int, source: str = "<cli>") -> None:

@@ -74,12 +74,17 @@ def test_runner_runs_a_step_latency_and_a_memory_plan_case(tmp_path, capsys):
     assert STEP_CASE in capsys.readouterr().out
 
 
-def test_not_runnable_cases_are_listed_not_run():
-    skipped = [c for c in CASES if not c.runnable]
-    if not skipped:
-        pytest.skip("no case needs a missing capability")
-    o = suite.run_case(skipped[0])
-    assert o.status == "not_runnable" and o.simulated is None
+def test_not_runnable_cases_are_listed_not_run(tmp_path: Path):
+    import yaml
+
+    data = yaml.safe_load(next(c for c in CASES if c.id == MEMORY_CASE).path.read_text())
+    data["id"], data["requires"] = "needs-pipeline-parallel", ["pipeline_parallel"]
+    path = tmp_path / "needs-pipeline-parallel.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    case = suite.load_case(path)
+    assert not case.runnable
+    o = suite.run_case(case)
+    assert o.status == "not_runnable" and o.simulated is None and "pipeline_parallel" in o.error
 
 
 def _write_bad(tmp_path: Path, mutate) -> Path:

@@ -1,0 +1,142 @@
+"""The GPUs' interconnect: how fast a tensor-parallel replica's collectives run.
+
+An optional calibration section (schema 1 and 2; sim/calib/calibration.py reads it)::
+
+    interconnect:
+      allreduce_bus_bandwidth_bytes_per_s: 4.0e+11   # achieved NCCL all-reduce bus bandwidth
+      allreduce_latency_s: 8.0e-06                   # a small all-reduce's time (latency-bound)
+      p2p_bandwidth_bytes_per_s: 3.6e+11             # optional: one GPU to another, one direction
+      p2p_latency_s: 8.0e-06                         # optional
+      link: nvlink4                                  # nvlink3, nvlink4, nvlink5, pcie3, pcie4, pcie5
+      source: text                                   # optional: where the numbers come from
+
+Bus bandwidth is nccl-tests' ``busbw`` (NVIDIA/nccl-tests doc/PERFORMANCE.md): for an
+all-reduce of S bytes over n GPUs, busbw = S / time x 2 (n - 1) / n, which makes it
+comparable across GPU counts and to the link's per-direction bandwidth. So a ring
+all-reduce takes
+
+    allreduce_s(S, n) = allreduce_latency_s + 2 (n - 1) / n x S / allreduce_bus_bandwidth
+
+and an all-gather whose result is S bytes, (n - 1) / n x S / bus bandwidth plus the same
+latency (NCCL's all-gather busbw is S / time x (n - 1) / n; taken equal to the all-reduce's).
+The p2p numbers are not used yet (pipeline parallelism and disaggregated prefill will need
+them). A run with ``engine.tensor_parallel_size`` > 1 on a calibration without the section
+is an error naming the calibration file and ``interconnect``: there is no silent default.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from sim.errors import ConfigError
+
+LINKS = ("nvlink3", "nvlink4", "nvlink5", "pcie3", "pcie4", "pcie5")
+_BANDWIDTH = (1e6, 1e14)  # bytes per second: as pcie_bandwidth_bytes_per_s
+_LATENCY = (0.0, 1.0)  # seconds
+#: key -> (range, required)
+_KEYS: dict[str, tuple[tuple[float, float], bool]] = {
+    "allreduce_bus_bandwidth_bytes_per_s": (_BANDWIDTH, True),
+    "allreduce_latency_s": (_LATENCY, True),
+    "p2p_bandwidth_bytes_per_s": (_BANDWIDTH, False),
+    "p2p_latency_s": (_LATENCY, False),
+}
+_ALLOWED = (*_KEYS, "link", "source")
+_FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+@dataclass(frozen=True)
+class Interconnect:
+    """A calibration's ``interconnect`` section; rates in bytes per second, times in seconds."""
+
+    allreduce_bus_bandwidth_bytes_per_s: float
+    allreduce_latency_s: float
+    link: str
+    p2p_bandwidth_bytes_per_s: float | None = None
+    p2p_latency_s: float | None = None
+    source: str | None = None
+
+    def allreduce_s_per_byte(self, num_gpus: int) -> float:
+        """Seconds per byte of a ring all-reduce over ``num_gpus`` GPUs: 2 (n - 1) / n / busbw."""
+        return 2.0 * (num_gpus - 1) / num_gpus / self.allreduce_bus_bandwidth_bytes_per_s
+
+    def allgather_s_per_byte(self, num_gpus: int) -> float:
+        """Seconds per gathered byte of a ring all-gather over ``num_gpus`` GPUs: (n - 1) / n / busbw."""
+        return (num_gpus - 1) / num_gpus / self.allreduce_bus_bandwidth_bytes_per_s
+
+    def allreduce_s(self, num_bytes: float, num_gpus: int) -> float:
+        """One ring all-reduce of ``num_bytes`` over ``num_gpus`` GPUs (0 for one GPU)."""
+        if num_gpus <= 1:
+            return 0.0
+        return self.allreduce_latency_s + num_bytes * self.allreduce_s_per_byte(num_gpus)
+
+    def allgather_s(self, num_bytes: float, num_gpus: int) -> float:
+        """One all-gather whose gathered result is ``num_bytes`` (0 for one GPU)."""
+        if num_gpus <= 1:
+            return 0.0
+        return self.allreduce_latency_s + num_bytes * self.allgather_s_per_byte(num_gpus)
+
+
+def _number(value: Any, file: str, key: str, lo: float, hi: float) -> float:
+    if isinstance(value, str) and _FLOAT_RE.match(value.strip()):
+        value = float(value)  # YAML 1.1 reads 1e12 (no dot, no sign) as a string
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(file, key, f"expected a number, got {value!r}; allowed: finite numbers")
+    value = float(value)
+    if not lo <= value <= hi:
+        raise ConfigError(file, key, f"{value:g} is outside the allowed range {lo:g} to {hi:g}")
+    return value
+
+
+def interconnect_from_dict(data: Any, *, file: str) -> Interconnect | None:
+    """The parsed ``interconnect:`` section (None when absent); one-line ConfigError otherwise."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise ConfigError(file, "interconnect", f"expected a mapping with keys from: {', '.join(_ALLOWED)}")
+    for key in data:
+        if key not in _ALLOWED:
+            raise ConfigError(file, f"interconnect.{key}", f"unknown key; allowed: {', '.join(_ALLOWED)}")
+    values: dict[str, Any] = {}
+    for key, ((lo, hi), required) in _KEYS.items():
+        if key in data:
+            values[key] = _number(data[key], file, f"interconnect.{key}", lo, hi)
+        elif required:
+            raise ConfigError(file, f"interconnect.{key}", "required key missing")
+    link = data.get("link")
+    if link not in LINKS:
+        raise ConfigError(file, "interconnect.link", f"got {link!r}; allowed: {', '.join(LINKS)}")
+    source = data.get("source")
+    if source is not None and (not isinstance(source, str) or not source.strip()):
+        raise ConfigError(file, "interconnect.source", f"expected a non-empty string, got {source!r}")
+    return Interconnect(link=link, source=source, **values)
+
+
+def interconnect_to_dict(ic: Interconnect | None) -> dict:
+    """``{"interconnect": {...}}`` for a calibration YAML (inverse of interconnect_from_dict); {} for None."""
+    if ic is None:
+        return {}
+    out: dict[str, Any] = {key: float(f"{getattr(ic, key):.6g}") for key in _KEYS if getattr(ic, key) is not None}
+    out["link"] = ic.link
+    if ic.source:
+        out["source"] = ic.source
+    return {"interconnect": out}
+
+
+def require_interconnect(cal: Any, num_gpus: int) -> Interconnect | None:
+    """``cal``'s interconnect when ``num_gpus`` > 1 (None for one GPU); a ConfigError naming the
+    calibration file and ``interconnect`` when it has none."""
+    if num_gpus <= 1:
+        return None
+    ic = getattr(cal, "interconnect", None)
+    if ic is None:
+        raise ConfigError(getattr(cal, "file", "<calibration>"), "interconnect", (
+            f"engine.tensor_parallel_size {num_gpus} needs the GPUs' interconnect and this calibration has"
+            " none: add an interconnect: section (allreduce_bus_bandwidth_bytes_per_s, allreduce_latency_s,"
+            " link; see calibrations/h100-sxm.yaml) or use tensor_parallel_size 1"))
+    return ic
+
+
+__all__ = ["LINKS", "Interconnect", "interconnect_from_dict", "interconnect_to_dict", "require_interconnect"]

@@ -1,0 +1,102 @@
+"""The calibration's ``interconnect:`` section: reading, checking, writing, the shipped numbers."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from sim.calib.calibration import (
+    available_calibrations, calibration_file, calibration_from_dict, calibration_to_dict, load_calibration)
+from sim.calib.interconnect import Interconnect, interconnect_from_dict
+from sim.errors import ConfigError
+
+SECTION = {"allreduce_bus_bandwidth_bytes_per_s": 4.0e11, "allreduce_latency_s": 8e-6,
+           "p2p_bandwidth_bytes_per_s": 3.6e11, "p2p_latency_s": 8e-6, "link": "nvlink4", "source": "test"}
+
+
+def _h100_dict() -> dict:
+    return yaml.safe_load(calibration_file("h100-sxm").read_text())
+
+
+def test_section_round_trips_in_both_schemas() -> None:
+    for schema in (1, 2):
+        data = _h100_dict() | {"schema": schema, "interconnect": dict(SECTION)}
+        cal = calibration_from_dict(data, file="x.yaml")
+        assert cal.interconnect == Interconnect(4.0e11, 8e-6, "nvlink4", 3.6e11, 8e-6, "test")
+        again = calibration_from_dict(calibration_to_dict(cal), file="y.yaml")
+        assert again.interconnect == cal.interconnect
+
+
+def test_section_is_optional() -> None:
+    data = _h100_dict()
+    data.pop("interconnect")
+    cal = calibration_from_dict(data, file="x.yaml")
+    assert cal.interconnect is None and "interconnect" not in calibration_to_dict(cal)
+
+
+def test_p2p_and_source_are_optional_and_1e12_strings_are_numbers() -> None:
+    ic = interconnect_from_dict({"allreduce_bus_bandwidth_bytes_per_s": "2e10", "allreduce_latency_s": 0,
+                                 "link": "pcie4"}, file="x.yaml")
+    assert ic.allreduce_bus_bandwidth_bytes_per_s == 2e10 and ic.p2p_bandwidth_bytes_per_s is None
+
+
+@pytest.mark.parametrize(("change", "key"), [
+    ({"link": "ethernet"}, "interconnect.link"),
+    ({"allreduce_bus_bandwidth_bytes_per_s": 0}, "interconnect.allreduce_bus_bandwidth_bytes_per_s"),
+    ({"allreduce_bus_bandwidth_bytes_per_s": float("inf")}, "interconnect.allreduce_bus_bandwidth_bytes_per_s"),
+    ({"allreduce_latency_s": -1e-6}, "interconnect.allreduce_latency_s"),
+    ({"allreduce_latency_s": True}, "interconnect.allreduce_latency_s"),
+    ({"p2p_latency_s": 5.0}, "interconnect.p2p_latency_s"),
+    ({"source": ""}, "interconnect.source"),
+    ({"nvlink_gen": 4}, "interconnect.nvlink_gen"),
+])
+def test_bad_values_are_one_error_naming_the_key(change: dict, key: str) -> None:
+    data = _h100_dict() | {"interconnect": dict(SECTION) | change}
+    with pytest.raises(ConfigError) as err:
+        calibration_from_dict(data, file="bad.yaml")
+    assert err.value.file == "bad.yaml" and err.value.key == key and "\n" not in str(err.value)
+
+
+def test_missing_required_key_and_not_a_mapping() -> None:
+    section = copy.deepcopy(SECTION)
+    section.pop("allreduce_latency_s")
+    with pytest.raises(ConfigError, match="required key missing"):
+        calibration_from_dict(_h100_dict() | {"interconnect": section}, file="bad.yaml")
+    with pytest.raises(ConfigError) as err:
+        calibration_from_dict(_h100_dict() | {"interconnect": [1, 2]}, file="bad.yaml")
+    assert err.value.key == "interconnect"
+
+
+def test_ring_all_reduce_and_all_gather() -> None:
+    ic = Interconnect(1e11, 1e-5, "nvlink4")
+    assert ic.allreduce_s(1e9, 1) == 0.0 and ic.allgather_s(1e9, 1) == 0.0
+    assert ic.allreduce_s(1e9, 4) == pytest.approx(1e-5 + 2 * 3 / 4 * 1e9 / 1e11)
+    assert ic.allgather_s(1e9, 8) == pytest.approx(1e-5 + 7 / 8 * 1e9 / 1e11)
+
+
+EXPECTED_LINKS = {"a100-40gb": "nvlink3", "a100-80gb": "nvlink3", "a100-vidur-linear": "nvlink3",
+                  "h100-sxm": "nvlink4", "h200": "nvlink4", "l40s": "pcie4", "rtx-4090": "pcie4",
+                  "rtx-4060-8gb": "pcie4"}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_LINKS))
+def test_shipped_gpus_have_a_cited_interconnect(name: str) -> None:
+    cal = load_calibration(name)
+    ic = cal.interconnect
+    assert ic is not None and ic.link == EXPECTED_LINKS[name]
+    assert "interconnect" in cal.provenance
+    if name in ("h100-sxm", "h200"):  # NVLink4: 450 GB/s per direction; NCCL busbw below it
+        assert "900 GB/s" in cal.provenance["interconnect"]
+        assert 3.6e11 <= ic.allreduce_bus_bandwidth_bytes_per_s <= 4.8e11
+    if name.startswith("a100-") and name != "a100-vidur-linear":
+        assert "600 GB/s" in cal.provenance["interconnect"]
+        assert 2.0e11 <= ic.allreduce_bus_bandwidth_bytes_per_s <= 3.0e11
+    if ic.link.startswith("pcie"):
+        assert ic.allreduce_bus_bandwidth_bytes_per_s <= 3.2e10  # at most PCIe Gen4 x16 per direction
+
+
+def test_the_cpu_calibration_has_no_interconnect() -> None:
+    assert "cpu-epyc-2core" in available_calibrations()
+    assert load_calibration("cpu-epyc-2core").interconnect is None
