@@ -96,7 +96,7 @@ class DecodeRun:
         kv = s_comp + n  # decode_kv_tokens of the first step: sum(computed + 1)
         idle = idle0 = math.inf if core.last_end_s is None else now - core.last_end_s
         step_time = cost.step_time_s
-        row = core.steps._buf.extend
+        row = core.steps.append
         fe = sim.frontend
         token_work = fe.token_s * n if fe is not None else 0.0
         t = now
@@ -131,9 +131,9 @@ class DecodeRun:
             s_comp += n  # the step's update: every request computed one token
             allocated = alloc.num_allocated_slots()
             empty = s_held - s_comp
-            row((t_end, t_end - t, n, 0, n, 0, 0, n, 0, 0, 0, allocated - empty, allocated,
-                 s_minhf - s_comp, s_held - s_minhf, alloc.num_external_fragmentation_slots(),
-                 alloc.num_cached_free_slots()))
+            row(t_end, t_end - t, n, 0, n, 0, 0, n, 0, 0, 0, allocated - empty, allocated,
+                s_minhf - s_comp, s_held - s_minhf, alloc.num_external_fragmentation_slots(),
+                alloc.num_cached_free_slots())
             if fe is not None:
                 fe._run(t_end, token_work)
             kv += n

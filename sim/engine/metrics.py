@@ -12,7 +12,7 @@ known to the metrics only):
 * *external fragmentation*: free slots outside the largest free hole (contiguous only);
 * *free*: the rest, including evictable prefix-cache blocks (reported separately too).
 
-``tokens + reserved + internal + external + free == pool`` each step. Fractions of the
+``tokens + reserved + internal + external + free == pool`` each step; fractions of the
 pool are averaged over busy time (weighted by step duration).
 """
 
@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sim.engine.profile_info import engine_summary, profile_notes
 from sim.kv.base import KVAllocator
 
 COLUMNS = (
@@ -33,19 +34,22 @@ COLUMNS = (
 )
 
 
-#: A step is one row of these; columns after the first two (time, duration) are counts.
 _NCOLS = len(COLUMNS)
+#: Kept as doubles: the two times, and swap_bytes (a step may move more than 2**31 bytes);
+#: the rest are counts.
+_FLOAT_COLS = (0, 1, 10)
+_COUNT_COLS = tuple(i for i in range(_NCOLS) if i not in _FLOAT_COLS)
 
 
 class _Rows(Sequence):
     """A read-only view of a :class:`StepLog` as one tuple per step (as the log was once
     kept): ``rows[-1]``, ``len(rows)``, iteration. Counts come back as ints."""
 
-    def __init__(self, buf: array) -> None:
-        self._buf = buf
+    def __init__(self, log: StepLog) -> None:
+        self._log = log
 
     def __len__(self) -> int:
-        return len(self._buf) // _NCOLS
+        return len(self._log)
 
     def __getitem__(self, i):
         n = len(self)
@@ -55,24 +59,44 @@ class _Rows(Sequence):
             i += n
         if not 0 <= i < n:
             raise IndexError("step index out of range")
-        row = self._buf[i * _NCOLS:(i + 1) * _NCOLS]
-        return (row[0], row[1], *map(int, row[2:]))
+        return self._log.row(i)
 
 
 class StepLog:
-    """Columns of per-step numbers, appended as the run goes into one flat array of
-    doubles (17 x 8 bytes a step; counts are exact up to 2**53)."""
+    """Columns of per-step numbers, appended as the run goes: the two times and swap_bytes
+    as doubles, the 14 counts as 32-bit integers (64-bit if the KV pool has 2**31 slots or
+    more): 80 bytes a step. ``table`` and ``array`` give them back as numbers of either
+    kind (a count's value is exact)."""
 
     def __init__(self) -> None:
-        self._buf = array("d")
+        self._f = array("d")  # per step: time_s, duration_s, swap_bytes
+        self._c = array("i")  # per step: the counts, COLUMNS order (made "q" for huge pools)
 
     def __len__(self) -> int:
-        return len(self._buf) // _NCOLS
+        return len(self._f) // 3
 
     @property
     def rows(self) -> _Rows:
         """The steps as tuples (a view; see :class:`_Rows`)."""
-        return _Rows(self._buf)
+        return _Rows(self)
+
+    def row(self, i: int) -> tuple:  # COLUMNS order, counts as ints
+        f = self._f[3 * i:3 * i + 3]
+        c = self._c[14 * i:14 * i + 14]
+        return (f[0], f[1], *c[:8], int(f[2]), *c[8:])
+
+    def append(self, now, duration, num_seqs, num_prefill, num_decode, padding, waiting, running,
+               swapped, preempted, swap_bytes, token_slots, allocated, reserved, internal, external,
+               cached_free) -> None:
+        """One step's row (COLUMNS order)."""
+        counts = (num_seqs, num_prefill, num_decode, padding, waiting, running, swapped, preempted,
+                  token_slots, allocated, reserved, internal, external, cached_free)
+        try:
+            self._c.extend(counts)
+        except OverflowError:  # a pool of 2**31 slots or more: 64-bit counts from now on
+            self._c = array("q", self._c[:14 * len(self)])
+            self._c.extend(counts)
+        self._f.extend((now, duration, swap_bytes))
 
     def record(self, now: float, duration: float, out, sched, allocator: KVAllocator) -> None:
         reserved = internal = empty = 0
@@ -93,28 +117,41 @@ class StepLog:
             internal += waste
             empty += waste
         allocated = allocator.num_allocated_slots()
-        self._buf.extend((
+        self.append(
             now, duration, out.num_seqs, out.num_prefill_tokens, out.num_decode_tokens,
             out.prefill_padding_tokens + out.decode_padding_seqs, len(sched.waiting),
             len(sched.running), len(sched.swapped), len(out.preempted),
             out.swap_out_bytes + out.swap_in_bytes, allocated - empty, allocated, reserved,
             internal, allocator.num_external_fragmentation_slots(),
             allocator.num_cached_free_slots(),
-        ))
+        )
+
+    def _views(self, start: int = 0, stop: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        n = len(self)
+        stop = n if stop is None else min(stop, n)
+        f = np.frombuffer(self._f, dtype=float).reshape(-1, 3)[start:stop]
+        c = np.frombuffer(self._c, dtype=np.int32 if self._c.typecode == "i" else np.int64)
+        return f, c.reshape(-1, 14)[start:stop]
 
     def table(self, start: int = 0, stop: int | None = None) -> np.ndarray:
         """Steps ``start`` to ``stop`` as a (steps x columns) float array (a copy: the log
         may grow on)."""
-        stop = len(self) if stop is None else min(stop, len(self))
-        part = self._buf[start * _NCOLS:stop * _NCOLS] if (start, stop) != (0, len(self)) else self._buf
-        return np.frombuffer(part, dtype=float).copy().reshape(-1, _NCOLS)
+        f, c = self._views(start, stop)
+        out = np.empty((len(f), _NCOLS), dtype=float)
+        out[:, _FLOAT_COLS] = f
+        out[:, _COUNT_COLS] = c
+        return out
 
     def array(self, copy: bool = True) -> dict[str, np.ndarray]:
-        """Each column as a float array: views of one copy of the log, or with ``copy``
-        False of the log itself (no memory; for a finished run only: the log cannot grow
-        while such a view is alive)."""
-        data = self.table() if copy else np.frombuffer(self._buf, dtype=float).reshape(-1, _NCOLS)
-        return {c: data[:, i] for i, c in enumerate(COLUMNS)}
+        """Each column as an array: float for the times and swap_bytes, integer for the
+        counts. With ``copy`` False, views of the log itself (no memory; for a finished run
+        only: the log cannot grow while such a view is alive)."""
+        f, c = self._views()
+        if copy:
+            f, c = f.copy(), c.copy()
+        cols = {COLUMNS[j]: f[:, k] for k, j in enumerate(_FLOAT_COLS)}
+        cols.update({COLUMNS[j]: c[:, k] for k, j in enumerate(_COUNT_COLS)})
+        return {name: cols[name] for name in COLUMNS}
 
     def sample_stride(self, max_rows: int | None) -> int:
         """A sampled ``steps.csv`` keeps every k-th step from the first: k = 1 when the log
@@ -133,24 +170,6 @@ def _stats(values: list[float]) -> dict[str, float | None]:
     a = np.asarray(values, dtype=float)
     p50, p90, p99 = np.percentile(a, [50, 90, 99])
     return {"mean": float(a.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
-
-
-def engine_summary(sc, result) -> dict:
-    """The engine profile the run modelled (sim/cost/profile.py) and whose times the
-    latencies are: the client's (through a modelled front end) or the engine's."""
-    p = result.profile if getattr(result, "profile", None) is not None else sc.engine_profile
-    return {"profile": str(p.name), "graph_mode": str(p.graph_mode), "async_scheduling": p.async_scheduling,
-            "prefill_first": p.prefill_first, "step_host_s": p.step_host_s, "seq_host_s": p.seq_host_s,
-            "latencies_seen_by": "client" if p.has_frontend else "engine"}
-
-
-def profile_notes(sc, result) -> list[str]:
-    p = result.profile if getattr(result, "profile", None) is not None else sc.engine_profile
-    if p.is_eager or result.calibration_source != "measured":
-        return []
-    return [f"engine profile {p.name}: a measured calibration times the validation engine's own steps "
-            "(launches and host work included), so its graph replay and host-time numbers are not applied; "
-            "scheduling defaults and the front end are"]
 
 
 def request_latencies(req) -> tuple[float | None, float | None, float | None]:

@@ -1,5 +1,5 @@
-"""The step log: one flat array of doubles, read as columns, as tuples (``rows``) and
-sampled evenly for ``sim run --steps sampled``."""
+"""The step log: doubles for the times and swap bytes, 32-bit counts (64-bit past 2**31),
+read as columns, as tuples (``rows``) and sampled evenly for ``sim run --steps sampled``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from sim.engine.metrics import COLUMNS, StepLog
 def _log(n: int) -> StepLog:
     log = StepLog()
     for i in range(n):
-        log._buf.extend((i * 0.5, 0.25, *range(i, i + len(COLUMNS) - 2)))
+        log.append(i * 0.5, 0.25, *range(i, i + len(COLUMNS) - 2))
     return log
 
 
@@ -23,8 +23,19 @@ def test_rows_are_tuples_with_integer_counts_and_columns_are_float_arrays() -> N
     assert list(log.rows)[1] == log.rows[1] and log.rows[1:3] == [log.rows[1], log.rows[2]]
     cols = log.array()
     assert list(cols) == list(COLUMNS) and cols["num_seqs"].tolist() == [0, 1, 2, 3, 4]
-    log._buf.extend(range(len(COLUMNS)))  # the log grows on after a read
+    log.append(*range(len(COLUMNS)))  # the log grows on after a read
     assert len(log) == 6 and cols["time_s"].size == 5
+    assert log.table()[-1].tolist() == list(range(len(COLUMNS)))
+
+
+def test_counts_past_32_bits_widen_the_log_and_keep_every_value() -> None:
+    log = _log(3)
+    big = 3 * 2**31 + 7  # a pool of more than 2**31 slots
+    log.append(9.0, 0.5, 1, 2, 3, 4, 5, 6, 7, 8, 2**40, big, big + 1, 0, 0, 0, 0)
+    log.append(9.5, 0.5, *range(len(COLUMNS) - 2))
+    assert len(log) == 5 and log.rows[3][10:13] == (2**40, big, big + 1)
+    assert log.rows[:3] == _log(3).rows[:3] and log.rows[4][2:] == tuple(range(len(COLUMNS) - 2))
+    assert log.array()["kv_token_slots"].tolist()[3] == big
 
 
 def test_an_empty_log_has_empty_columns() -> None:

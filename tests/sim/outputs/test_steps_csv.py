@@ -9,7 +9,7 @@ from sim.outputs.files import steps_csv, steps_csv_chunks
 def _log(n: int) -> StepLog:
     log = StepLog()
     for i in range(n):
-        log._buf.extend((i / 3, 1e-3 * (i % 7), *(i * 1000 + j for j in range(len(COLUMNS) - 2))))
+        log.append(i / 3, 1e-3 * (i % 7), *(i * 1000 + j for j in range(len(COLUMNS) - 2)))
     return log
 
 
