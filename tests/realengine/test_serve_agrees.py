@@ -97,7 +97,9 @@ def test_simulation_and_real_engine_loop_decide_alike(case):
     else:
         sc = load_scenario(f"{SCENARIOS}/{name}", overrides)
 
-    sim = Simulation(sc)
+    # Step by step: the runner sees every batch (macro-steps advance stretches of decodes
+    # without it, and give the same results: tests/sim/engine/test_macro_steps.py).
+    sim = Simulation(sc, macro_steps=False)
     sim_log = RecordingRunner(sim.core.runner)
     sim.core.runner = sim_log
     simulated = sim.run()
