@@ -1,6 +1,7 @@
 """``microbench calibrate``: run the suites on one device, keep the JSONL, fit, write the YAML.
 
-The sweep (microbench.suites) runs each case with a rich progress bar, timing it as
+The sweep (microbench.suites, then microbench.peaks' GEMM peaks in each math mode the
+device runs) runs each case with a rich progress bar, timing it as
 microbench.timing describes; every timing becomes one JSONL record (microbench.records).
 Then microbench.fit turns the records into a measured calibration whose provenance says
 which device, software and command produced it. Everything is checked before the first
@@ -25,6 +26,7 @@ from microbench.cases import input_bytes, make_fns, release_models
 from sim.errors import ConfigError
 from microbench.checks import (MEASURED_DIR, check_device, check_fitted, check_output, import_torch,
                               warn_absurd_fits)
+from microbench.peaks import PEAK_KERNELS, describe_precision, peak_cases, peak_support
 from microbench.suites import DEFAULT_MODELS, cases
 from microbench.timing import (cpu_cache_bytes, rotation_copies, time_after_idle, time_cpu, time_cuda,
                                time_host_copy_cuda)
@@ -95,6 +97,24 @@ def _record(kernel: str, shape: dict, t) -> dict:
             "repeats": t.repeats, "source": "microbench"}
 
 
+def _time_case(kernel: str, shape: dict, device, cache: int, quick: bool):
+    """The Timing of one case (microbench.timing: how each kind is timed)."""
+    host = kernel in ("copy_h2d", "copy_d2h")
+    peak = kernel == "gemm_peak"  # compute-bound: its inputs' cache state does not matter
+    copies = 1 if host or peak or kernel == "forward" else rotation_copies(input_bytes(kernel, shape), cache)
+    fns = make_fns(kernel, shape, device, copies)
+    if kernel == "forward" and shape.get("idle_s"):  # the first step after a lull
+        return time_after_idle(fns[0], shape["idle_s"], repeats=3 if quick else 5)
+    if kernel == "forward":  # a whole step, on the wall clock as the validation engine times it (it syncs)
+        return time_cpu(fns, min_time_s=0.02 if quick else 0.05, min_repeats=3 if quick else 5, warmup=2)
+    if device.type == "cuda":
+        return time_host_copy_cuda(fns) if host else time_cuda(fns, rep_ms=40 if quick else 100)
+    if peak:  # the CPU's big GEMMs: few calls (their median is steady), as cheap with or without --quick
+        return time_cpu(fns, min_time_s=0.0, min_repeats=3, warmup=1)
+    return time_cpu(fns, min_time_s=0.01 if quick else 0.05, min_repeats=5 if quick else 9,
+                    warmup=1 if quick else 2)
+
+
 def run_sweep(torch, device, todo: list[tuple[str, dict]], *, quick: bool, show_progress: bool = True,
               keep=None) -> list[dict]:
     """Time every (kernel, shape) of ``todo``; one record per case, passed to ``keep`` as it is made."""
@@ -111,22 +131,19 @@ def run_sweep(torch, device, todo: list[tuple[str, dict]], *, quick: bool, show_
         task = bar.add_task("sweep", total=len(todo), what="")
         for kernel, shape in todo:
             bar.update(task, what=f"{kernel} {' '.join(f'{k}={v}' for k, v in shape.items())}")
-            host = kernel in ("copy_h2d", "copy_d2h")
-            copies = 1 if host or kernel == "forward" else rotation_copies(input_bytes(kernel, shape), cache)
-            fns = make_fns(kernel, shape, device, copies)
-            if kernel == "forward" and shape.get("idle_s"):  # the first step after a lull
-                t = time_after_idle(fns[0], shape["idle_s"], repeats=3 if quick else 5)
-            elif kernel == "forward":  # a whole step, on the wall clock as the validation engine times it (it syncs)
-                t = time_cpu(fns, min_time_s=0.02 if quick else 0.05, min_repeats=3 if quick else 5, warmup=2)
-            elif cuda:
-                t = time_host_copy_cuda(fns) if host else time_cuda(fns, rep_ms=40 if quick else 100)
-            else:
-                t = time_cpu(fns, min_time_s=0.01 if quick else 0.05, min_repeats=5 if quick else 9,
-                             warmup=1 if quick else 2)
+            try:
+                t = _time_case(kernel, shape, device, cache, quick)
+            except Exception as exc:  # the peak suite's ops may fail beyond their trial (a size, memory)
+                if kernel not in PEAK_KERNELS:
+                    raise
+                why = (str(exc).strip().splitlines() or [""])[0][:160]
+                bar.console.print(f"  {kernel} {shape}: skipped ({type(exc).__name__}: {why})", markup=False,
+                                  soft_wrap=True)
+                bar.advance(task)
+                continue
             records.append(_record(kernel, shape, t))
             if keep is not None:
                 keep(records[-1])
-            del fns
             bar.advance(task)
     release_models()
     return records
@@ -190,11 +207,14 @@ def calibrate(argv: list[str], *, device_arg: str, models: list[str] | None, qui
     specs = [load_model(n, source="--model", key="model") for n in names]
     dev = device_record(torch, device, argv)
     dev["provenance"]["models"] = ", ".join(names)
-    todo = cases(specs, device.type, quick)
+    modes, dequant, notes = peak_support(torch, device)
+    todo = cases(specs, device.type, quick) + peak_cases(device.type, modes, dequant)
     yaml_path = Path(out) if out else Path(MEASURED_DIR) / f"{dev['name']}{'-quick' if quick else ''}.yaml"
     check_output(yaml_path, "--out", also=(".jsonl",))
     log(f"{dev['gpu_name']}: {len(todo)} measurements on {', '.join(names)} shapes"
-        f"{' (quick)' if quick else ''}")
+        f"{' (quick)' if quick else ''}; compute peaks: {', '.join(modes) or 'none'}")
+    for note in notes:
+        log("  " + note)
     try:
         keeper = _Keeper(yaml_path.with_suffix(".jsonl"), dev)
     except (OSError, ValueError) as exc:
@@ -223,6 +243,8 @@ def calibrate(argv: list[str], *, device_arg: str, models: list[str] | None, qui
         log("  " + describe(f))
     if cal.composition is not None:
         log("  " + describe_composition(cal.composition))
+    if (line := describe_precision(cal.precision)) is not None:
+        log("  " + line)
     header = (f"# kvsim calibration, schema 2, measured by microbench on {dev['gpu_name']}.\n"
               f"# Raw timings: {jsonl_path.name} (refit: microbench fit {jsonl_path.name} -o {yaml_path.name}).\n")
     try:

@@ -4,20 +4,22 @@ On CUDA the callables run kvsim's Triton kernels (``kernels/``) and torch's cuBL
 on the CPU they run the torch reference paths (``kernels.reference``; the KV write as one
 vectorized index_copy, since the reference loops over tokens in Python). Each callable
 does one launch's work on its own copy of the inputs (``copies`` of them, for rotation).
-Inputs are random; timings do not depend on values.
+Inputs are random; timings do not depend on values. The peak suite's GEMMs and weight-only
+GEMVs are built by microbench.peaks.
 """
 
 from __future__ import annotations
 
 import math
 
+from microbench.peaks import PEAK_KERNELS, make_peak_fn
 from sim.model.dtypes import DTYPE_BYTES
 
 
 def input_bytes(kernel: str, shape: dict) -> int:
     """Bytes of one copy of the inputs a launch reads (sizes the rotation)."""
     b = DTYPE_BYTES.get(shape.get("dtype", "bf16"), 2)
-    if kernel in ("gemm", "decode_gemv"):
+    if kernel in ("gemm", "decode_gemv", "gemm_peak", "weight_only_gemv"):
         return (shape["m"] + shape["n"]) * shape["k"] * b
     if kernel == "decode_attention":
         return shape["num_seqs"] * shape["context_len"] * 2 * shape["num_kv_heads"] * shape["head_dim"] * b
@@ -56,6 +58,8 @@ def _paged(torch, device, dtype, lens: list[int], block_size: int, hkv: int, d: 
 
 def _one(torch, kernel: str, s: dict, device, gen, cpu_gen):
     """One callable for one copy of the inputs."""
+    if kernel in PEAK_KERNELS:
+        return make_peak_fn(torch, kernel, s, device, gen)
     from realengine.model import TORCH_DTYPES  # noqa: PLC0415  (imports torch)
 
     cuda = device.type == "cuda"

@@ -100,6 +100,7 @@ def _fit(args) -> int:
 
     from microbench.compose import describe_composition  # noqa: PLC0415
     from microbench.fit import describe, fit  # noqa: PLC0415
+    from microbench.peaks import describe_precision  # noqa: PLC0415
     from microbench.records import read_jsonl  # noqa: PLC0415
     from sim.calib.calibration import calibration_to_dict, load_calibration  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415
@@ -122,6 +123,8 @@ def _fit(args) -> int:
         print("  " + describe(f))
     if cal.composition is not None:
         print("  " + describe_composition(cal.composition))
+    if (line := describe_precision(cal.precision)) is not None:
+        print("  " + line)
     try:
         out.write_text(f"# kvsim calibration, schema 2, fitted by microbench fit from {Path(args.measurements).name}.\n"
                        + yaml.safe_dump(calibration_to_dict(cal), sort_keys=False, width=120))

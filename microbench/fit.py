@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from microbench.peaks import fit_precision
 from sim.calib.calibration import Calibration, CalibrationSource
 from sim.errors import ConfigError
 from sim.calib.kernel_models import KERNELS, GridRow, KernelFit, analytic_s, features, grid_key
@@ -219,6 +220,8 @@ def fit(records: list[dict], *, device: dict | None = None, base: Calibration | 
     device name and memory come from ``device`` (a JSONL device record) or ``base``.
     ``progress``: optional callable(kernel) before each kernel is fitted; ``gemm_tiles``: fit
     the GEMM with the tile/wave term (the SM count and candidate tiles).
+    ``gemm_peak`` and ``weight_only_gemv`` records become the ``compute_peaks`` and ``dequant``
+    sections (microbench.peaks.fit_precision: achieved peaks, bf16 always written).
     """
     by_kernel: dict[str, list[dict]] = defaultdict(list)
     for r in records:
@@ -252,15 +255,18 @@ def fit(records: list[dict], *, device: dict | None = None, base: Calibration | 
     provenance["fit"] = ", ".join(f"{k}: cv MAPE {f.cv_mape:.1%}" if f.cv_mape is not None else f"{k}: no cv"
                                   for k, f in fits.items())
     gemm_half = _scalar(fits, "gemm", "x_half", base.compute_m_half_tokens if base else 0.0)
+    cal_name = name or device.get("name") or (base.name + "-measured" if base else "measured")
+    precision, lines = fit_precision(records, peak_flops=need["peak_flops"], file=cal_name)  # microbench.peaks
+    provenance.update(lines)
     cal = Calibration(
-        name=name or device.get("name") or (base.name + "-measured" if base else "measured"),
+        name=cal_name,
         source=CalibrationSource.MEASURED,
         gpu_name=device.get("gpu_name") or (base.gpu_name if base else "unknown"),
         memory_bytes=int(need["memory_bytes"]), hbm_bandwidth_bytes_per_s=need["hbm_bandwidth_bytes_per_s"],
         bandwidth_efficiency=1.0, peak_flops=need["peak_flops"], compute_eff_max=1.0,
         compute_m_half_tokens=gemm_half, pcie_bandwidth_bytes_per_s=need["pcie_bandwidth_bytes_per_s"],
         kernel_launch_s=need["kernel_launch_s"], step_overhead_s=need["step_overhead_s"],
-        provenance=provenance, schema=2, kernels=fits)
+        provenance=provenance, schema=2, kernels=fits, precision=precision)
     steps = by_kernel.get("forward", [])
     if steps and "gemm" in fits:  # the kernel sum needs a fitted GEMM (else the datasheet roofline applies)
         if progress is not None:

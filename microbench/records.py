@@ -6,7 +6,9 @@ Schema (documented in README.md, "Calibrations"):
   "time_s": 1.2e-05, ...}``: ``kernel`` (a name in sim.calib.kernel_models.KERNELS), that kernel's
   shape fields, ``time_s`` (median seconds of one launch, > 0); ``kernel: forward`` records
   time a whole engine step instead (fields: sim.calib.composition.FORWARD_FIELDS); optional ``p20_s``,
-  ``p80_s``, ``repeats``, ``impl`` and ``source`` (kept, not used by the fit).
+  ``p80_s``, ``repeats``, ``impl`` and ``source`` (kept, not used by the fit); ``kernel:
+  gemm_peak`` and ``weight_only_gemv`` records time the peak suite (microbench.peaks: fields
+  m, n, k and ``mode``, a compute_peaks math mode, or ``dtype``).
 - at most one device record, usually first: ``{"record": "device", "name": ..., "gpu_name":
   ..., "memory_bytes": ..., "provenance": {...}}``; it lets ``microbench fit`` write a whole
   calibration without ``--base``.
@@ -21,7 +23,9 @@ import json
 import math
 from pathlib import Path
 
+from microbench.peaks import PEAK_KERNELS
 from sim.calib.composition import FORWARD_FIELDS
+from sim.calib.precision import COMPUTE_MODES
 from sim.errors import ConfigError
 from sim.calib.kernel_models import KERNELS
 from sim.model.dtypes import DTYPE_BYTES
@@ -43,8 +47,12 @@ def _number(v) -> float | None:
 
 
 def check_field(name: str, v, *, file: str, key: str) -> None:
-    """One shape field: ``dtype`` a known dtype, ``pinned`` a boolean, the rest finite numbers >= 0."""
-    if name == "dtype":
+    """One shape field: ``dtype`` a known dtype, ``mode`` a math mode, ``pinned`` a boolean, the rest
+    finite numbers >= 0."""
+    if name == "mode":
+        if not isinstance(v, str) or v not in COMPUTE_MODES:
+            raise ConfigError(file, key, f"got {v!r}"[:200] + f"; allowed: {', '.join(COMPUTE_MODES)}")
+    elif name == "dtype":
         if not isinstance(v, str) or v not in DTYPE_BYTES:
             raise ConfigError(file, key, f"got {v!r}; allowed: {', '.join(DTYPE_BYTES)}")
     elif name == "pinned":
@@ -59,12 +67,13 @@ def check_record(rec, *, file: str, where: str) -> Record:
     if not isinstance(rec, dict):
         raise ConfigError(file, where, "expected a JSON object")
     kernel = rec.get("kernel")
-    if not isinstance(kernel, str) or (kernel not in KERNELS and kernel != "forward"):
-        raise ConfigError(file, f"{where}.kernel", f"got {kernel!r}; allowed: {', '.join(KERNELS)}, forward"[:400])
+    if not isinstance(kernel, str) or (kernel not in KERNELS and kernel != "forward" and kernel not in PEAK_KERNELS):
+        raise ConfigError(file, f"{where}.kernel", f"got {kernel!r}"[:200] + f"; allowed: {', '.join(KERNELS)}, "
+                          f"forward, {', '.join(PEAK_KERNELS)}")
     t = _number(rec.get("time_s"))
     if t is None or not 0 < t < 1e6:
         raise ConfigError(file, f"{where}.time_s", f"expected seconds in (0, 1e6), got {rec.get('time_s')!r}"[:300])
-    fields = FORWARD_FIELDS if kernel == "forward" else KERNELS[kernel].fields
+    fields = FORWARD_FIELDS if kernel == "forward" else PEAK_KERNELS.get(kernel) or KERNELS[kernel].fields
     if kernel == "forward" and not isinstance(rec.get("tie_word_embeddings", False), bool):
         raise ConfigError(file, f"{where}.tie_word_embeddings",
                           f"expected true or false, got {rec['tie_word_embeddings']!r}")
