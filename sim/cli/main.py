@@ -57,12 +57,18 @@ def _run(args) -> int:
     out_dir = Path(args.out) if args.out else Path("runs") / safe_name(sc.name)
     writes = run_files(args.steps, report=not args.no_report)
     stale = prepare_out_dir(out_dir, writes, force=args.force)  # before minutes of simulation
-    sim = Simulation(sc)
+    cluster = sc.cluster.num_replicas > 1  # replicas behind a router (sim/engine/cluster.py)
+    if cluster:
+        from sim.engine.cluster import ClusterSimulation, summarize_cluster
+
+        sim = ClusterSimulation(sc)
+    else:
+        sim = Simulation(sc)
     show = not args.quiet and not args.json and sys.stderr.isatty()
     with progress_bar(show, len(sim.sessions)) as progress:
         sim.progress = progress
         result = sim.run()
-    summary = summarize(result)
+    summary = summarize_cluster(result) if cluster else summarize(result)
     write_run(out_dir, summary, result, None, stale, steps=args.steps)  # the data first: nothing after can lose it
     report = None
     if not args.no_report:

@@ -79,6 +79,8 @@ _TABLE = (
     Limit("workload.conversation.think_time_s", 1e6, "about 12 days"),
     Limit("slo.ttft_s", 1e6, "about 12 days"),
     Limit("slo.tpot_s", 1e6, "about 12 days"),
+    Limit("cluster.num_replicas", 256, "each replica keeps its own KV pool and step log"),
+    Limit("cluster.prefix_load_factor", 1e6, "times the mean outstanding requests"),
 )
 
 #: key (as README.md writes it) -> its Limit

@@ -11,6 +11,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sim.config.cluster_schema import ClusterConfig
 from sim.config.limits import nonneg_float, nonneg_int, pos_float, pos_int
 from sim.config.paths import resolve_in
 from sim.config.profile_schema import ProfileChoice, ProfileOverrides, apply_profile_defaults
@@ -46,7 +47,6 @@ class _Frozen(BaseModel):
 
 
 # ----------------------------------------------------------------------------- choices
-
 
 DtypeName = Literal["fp16", "bf16", "fp8", "int8", "int4"]
 #: The math mode of the GEMMs (sim/calib/calibration.py ``compute_peaks``): bf16/fp16 with
@@ -287,6 +287,7 @@ class Scenario(_Frozen):
     scheduler: SchedulerConfig = SchedulerConfig()
     workload: Workload
     slo: SLO = SLO()
+    cluster: ClusterConfig = ClusterConfig()  # replicas behind a router (sim/config/cluster_schema.py)
     # Keys whose values came from the engine profile's defaults, not from the file.
     profile_defaults: tuple[str, ...] = Field(default=(), exclude=True)
     # Where the file came from; relative paths in it resolve against this folder.

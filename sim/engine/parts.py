@@ -134,6 +134,15 @@ def build_parts(sc: Scenario) -> EngineParts:
         weight_dtype=sc.engine.weight_dtype, compute_dtype=sc.engine.compute_dtype,
         tensor_parallel_size=sc.engine.tensor_parallel_size)
     budget = token_budget(sc, model)
+    allocator, swap, preemptor, scheduler = engine_state(sc, model, plan, budget, profile)
+    sessions = build_workload(sc, np.random.default_rng(sc.seed))
+    return EngineParts(sc, model, cal, plan, cost, budget, allocator, swap, preemptor,
+                       scheduler, sessions, profile)
+
+
+def engine_state(sc: Scenario, model: ModelSpec, plan: MemoryPlan, budget: TokenBudget,
+                 profile: EngineProfile) -> tuple:
+    """One engine's fresh state: (allocator, swap space, preemptor, scheduler)."""
     allocator = make_allocator(
         sc.kv.allocator, num_blocks=plan.num_gpu_blocks, block_size=sc.kv.block_size,
         max_kv_tokens=plan.max_kv_tokens_per_seq, prefix_caching=sc.kv.prefix_caching,
@@ -154,9 +163,15 @@ def build_parts(sc: Scenario) -> EngineParts:
                    if sc.scheduler.preemption_victim == VictimPolicy.LONGEST_REMAINING else None),
         watermark_slots=int(sc.scheduler.watermark * plan.num_gpu_blocks * plan.block_size),
         prefill_first=profile.prefill_first)
-    sessions = build_workload(sc, np.random.default_rng(sc.seed))
-    return EngineParts(sc, model, cal, plan, cost, budget, allocator, swap, preemptor,
-                       scheduler, sessions, profile)
+    return allocator, swap, preemptor, scheduler
+
+
+def replica_parts(parts: EngineParts) -> EngineParts:
+    """Another engine like ``parts``' (a replica of a cluster): the same model, plan, cost
+    model, profile and workload, with a fresh allocator, swap space, preemptor and scheduler."""
+    allocator, swap, preemptor, scheduler = engine_state(parts.sc, parts.model, parts.plan, parts.budget,
+                                                         parts.profile)
+    return dataclasses.replace(parts, allocator=allocator, swap=swap, preemptor=preemptor, scheduler=scheduler)
 
 
 class SessionDriver:

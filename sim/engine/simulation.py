@@ -26,6 +26,7 @@ from sim.engine.macro import DecodeRun
 from sim.engine.metrics import StepLog
 from sim.engine.parts import SessionDriver, build_parts
 from sim.engine.step import EngineStep, PredictedRunner, WaitKind
+from sim.errors import ConfigError
 from sim.kv.swap import SwapSpace
 from sim.model.memory import MemoryPlan
 from sim.request import Request
@@ -63,17 +64,26 @@ class Simulation:
 
     def __init__(self, sc: Scenario, progress=None,
                  step_hook: Callable[[SchedulerOutput], None] | None = None, macro_steps: bool = True) -> None:
-        parts = build_parts(sc)
+        if sc.cluster.num_replicas > 1:
+            raise ConfigError(sc.source_path, "cluster.num_replicas", (
+                f"{sc.cluster.num_replicas} replicas run with `sim run` only (sim/engine/cluster.py); "
+                "this command simulates one engine: set cluster.num_replicas: 1"))
+        self._assemble(build_parts(sc), simpy.Environment(), None, step_hook, macro_steps)
+        self.progress = progress
+
+    def _assemble(self, parts, env: simpy.Environment, driver: SessionDriver | None,
+                  step_hook=None, macro_steps: bool = True) -> None:
+        """The engine of ``parts`` on ``env``'s clock (a cluster's replica shares the clock and
+        the ``driver``)."""
         self.sc = sc = parts.sc  # as run (a model may veto a profile default)
         self.parts = parts
         self.model, self.cal, self.plan, self.cost = parts.model, parts.cal, parts.plan, parts.cost
         self.budget, self.allocator, self.swap = parts.budget, parts.allocator, parts.swap
         self.preemptor, self.scheduler = parts.preemptor, parts.scheduler
         self.sessions: list[SessionSpec] = parts.sessions
-        self.driver = SessionDriver(sc, self.scheduler)
+        self.driver = driver if driver is not None else SessionDriver(sc, self.scheduler)
         self.requests = self.driver.requests
-        self.progress = progress
-        self.env = simpy.Environment()
+        self.env = env
         self.link = simpy.Resource(self.env, capacity=1)
         self._wakeup = self.env.event()
         profile = parts.profile

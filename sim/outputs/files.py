@@ -17,6 +17,7 @@ import numpy as np
 
 from sim.errors import ConfigError
 
+from sim.engine.cluster import ClusterResult
 from sim.engine.metrics import COLUMNS, request_latencies
 
 REQUEST_COLUMNS = (
@@ -84,17 +85,23 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def requests_csv(requests) -> str:
+def requests_csv(requests, replica_of: list[int] | None = None) -> str:
+    """requests.csv; ``replica_of`` (a cluster run's request id -> replica) adds a
+    ``replica`` column after ``request_id``."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(REQUEST_COLUMNS)
+    cols = REQUEST_COLUMNS if replica_of is None else (REQUEST_COLUMNS[0], "replica", *REQUEST_COLUMNS[1:])
+    w.writerow(cols)
     for r in requests:
         ttft, tpot, e2e = request_latencies(r)
-        w.writerow([_fmt(v) for v in (
+        row = [_fmt(v) for v in (
             r.request_id, r.session.session_id if r.session else "", r.turn, r.status.value,
             r.reject_reason, r.arrival_s, r.admitted_s, r.first_token_s, r.last_token_s, r.finish_s,
             r.num_prompt_tokens, r.prefix_len, r.num_cached_tokens, r.max_tokens,
-            r.num_output_tokens, ttft, tpot, e2e, r.num_preemptions, r.num_swaps)])
+            r.num_output_tokens, ttft, tpot, e2e, r.num_preemptions, r.num_swaps)]
+        if replica_of is not None:
+            row.insert(1, str(replica_of[r.request_id]))
+        w.writerow(row)
     return buf.getvalue()
 
 
@@ -107,12 +114,25 @@ def steps_csv_chunks(step_log, max_rows: int | None = None, chunk: int = 20_000)
     one row per step, times as ``%.6g``, counts as integers; with ``max_rows``, the evenly
     spaced steps :meth:`StepLog.sample_indices` keeps."""
     yield ",".join(COLUMNS) + "\n"
+    yield from _step_rows(step_log, max_rows, chunk, "")
+
+
+def cluster_steps_csv_chunks(step_logs, max_rows: int | None = None, chunk: int = 20_000) -> Iterator[str]:
+    """A cluster's steps.csv: every replica's steps (replica 0's first), each row led by its
+    ``replica``; with ``max_rows``, each replica keeps at most its share of them."""
+    yield "replica," + ",".join(COLUMNS) + "\n"
+    share = None if max_rows is None else max(1, max_rows // len(step_logs))
+    for i, log in enumerate(step_logs):
+        yield from _step_rows(log, share, chunk, f"{i},")
+
+
+def _step_rows(step_log, max_rows: int | None, chunk: int, lead: str) -> Iterator[str]:
     k = step_log.sample_stride(max_rows)
     chunk = -(-chunk // k) * k  # chunks start on kept steps
     for start in range(0, len(step_log), chunk):
         part = step_log.table(start, start + chunk)[::k]
         times, counts = part[:, :2].tolist(), part[:, 2:].astype(np.int64).tolist()
-        yield "".join(f"{t:.6g},{d:.6g}," + ",".join(map(str, c)) + "\n"
+        yield "".join(f"{lead}{t:.6g},{d:.6g}," + ",".join(map(str, c)) + "\n"
                       for (t, d), c in zip(times, counts))
 
 
@@ -132,12 +152,14 @@ def write_run(out_dir: Path, summary: dict, result, report_html: str | None,
     """Write a run's files into ``out_dir`` (see :func:`write_outputs`; ``stale`` are an
     earlier run's files this run does not write, from :func:`prepare_out_dir`). ``steps``:
     a key of :data:`STEP_MODES` (``none``: no steps.csv)."""
+    replicas = result.replica_of if isinstance(result, ClusterResult) else None  # sim/engine/cluster.py
     files = {
         "summary.json": json.dumps(summary, indent=2, sort_keys=False) + "\n",
-        "requests.csv": requests_csv(result.requests),
+        "requests.csv": requests_csv(result.requests, replicas),
     }
     if STEP_MODES[steps] != 0:
-        files["steps.csv"] = steps_csv_chunks(result.steps, STEP_MODES[steps])
+        files["steps.csv"] = (steps_csv_chunks(result.steps, STEP_MODES[steps]) if replicas is None else
+                              cluster_steps_csv_chunks([r.steps for r in result.replicas], STEP_MODES[steps]))
     if report_html is not None:
         files["report.html"] = report_html
     return write_outputs(out_dir, files, stale)

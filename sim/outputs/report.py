@@ -22,7 +22,9 @@ from plotly.io import to_html
 import yaml
 
 from sim.outputs.figures import LatencySeries, latency_cdf_figure
-from sim.outputs.run_figures import _events_figure, _load_figure, _memory_figure, _timeline_figure
+from sim.engine.cluster import ClusterResult
+from sim.outputs.run_figures import (_events_figure, _load_figure, _memory_figure, _replicas_figure,
+                                     _timeline_figure)
 
 _CAL_SCALARS = ("gpu_name", "memory_bytes", "hbm_bandwidth_bytes_per_s", "bandwidth_efficiency", "peak_flops",
                 "compute_eff_max", "compute_m_half_tokens", "pcie_bandwidth_bytes_per_s", "kernel_launch_s",
@@ -72,7 +74,7 @@ def _shown(v) -> str:
 
 def _summary_html(summary: dict, scenario_yaml: str) -> str:
     rows = []
-    for section in ("requests", "throughput", "kv", "preemptions", "engine"):
+    for section in ("requests", "throughput", "kv", "preemptions", "engine", "cluster"):
         for k, v in summary.get(section, {}).items():
             shown = f"{v:.4g}" if isinstance(v, float) else html.escape(json.dumps(v))
             rows.append(f"<tr><td>{section}.{k}</td><td>{shown}</td></tr>")
@@ -85,6 +87,30 @@ def _summary_html(summary: dict, scenario_yaml: str) -> str:
         "<details open><summary>Scenario (as run, defaults filled in)</summary><pre>"
         + html.escape(scenario_yaml) + "</pre></details>"
     )
+
+
+def _replicas_html(s: dict) -> str:
+    """A cluster run: one row per replica (summary.json's ``replicas``)."""
+    c = s["cluster"]
+    head = ("<tr><th>replica</th><th>arrived</th><th>completed</th><th>rejected</th><th>in flight</th>"
+            "<th>peak running</th><th>KV peak</th><th>preemptions</th><th>busy</th><th>prefix hits</th>"
+            "<th>TTFT p50 / p99</th><th>TPOT p50 / p99</th></tr>")
+
+    def ms(stats: dict) -> str:
+        return " / ".join("-" if stats[q] is None else f"{stats[q] * 1e3:,.1f} ms" for q in ("p50", "p99"))
+
+    rows = []
+    for r in s["replicas"]:
+        q, hit = r["requests"], r["prefix_cache_hit_rate"]
+        cells = [r["replica"], q["arrived"], q["completed"], q["rejected"], q["in_flight"], r["peak_running"],
+                 f"{r['kv_peak_used_fraction']:.1%}", r["preemptions"], f"{r['busy_share']:.0%}",
+                 "-" if hit is None else f"{hit:.1%}", ms(r["ttft_s"]), ms(r["tpot_s"])]
+        rows.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in cells) + "</tr>")
+    title = (f"{c['num_replicas']} replicas, router {c['router']}"
+             f"{', sticky sessions' if c['sticky_sessions'] else ''}")
+    return (f"<h2>Replicas</h2><p>{html.escape(title)}. The numbers above are over every request; "
+            "KV pool sizes and counters are sums over replicas, peaks the largest replica's.</p>"
+            f"<table class='summary replicas'>{head}{''.join(rows)}</table>")
 
 
 def _card(value: str, label: str) -> str:
@@ -108,7 +134,8 @@ def _key_numbers_html(s: dict) -> str:
         _card(f"{ms('ttft_s', 'p50')} / {ms('ttft_s', 'p99')}", "TTFT p50 / p99"),
         _card(f"{ms('tpot_s', 'p50')} / {ms('tpot_s', 'p99')}", "TPOT p50 / p99"),
         _card(f"{kv['mean_allocated_unused_fraction']:.1%}", "allocated KV not holding tokens"),
-        _card(f"{kv['peak_used_fraction']:.0%}", f"peak KV pool use ({kv['pool_tokens']:,} tokens)"),
+        _card(f"{kv['peak_used_fraction']:.0%}", f"peak KV pool use ({kv['pool_tokens']:,} tokens)" if "replicas" not in s
+              else f"peak KV use of a replica ({kv['pool_tokens'] // len(s['replicas']):,} tokens each)"),
         _card(f"{pre['recompute']:,} / {pre['swap']:,}", "preemptions: recompute / swap"),
     ]
     return "<div class='cards'>" + "".join(cards) + "</div>"
@@ -135,15 +162,23 @@ def render_report(result, summary: dict, calibration=None) -> str:
 
 
 def _render(result, summary: dict, calibration) -> str:
-    steps = result.steps.array(copy=False)  # the run is over: no copy of a long log
-    pool = summary["kv"]["pool_tokens"]
     sc = result.scenario
-    figs = {"KV memory": lambda: _memory_figure(steps, pool), "engine load": lambda: _load_figure(steps),
-            "preemption events": lambda: _events_figure(steps, str(sc.scheduler.preemption)),
-            "latency CDFs": lambda: latency_cdf_figure(
-                [LatencySeries.of_requests(result.requests)], slo_s=(sc.slo.ttft_s, sc.slo.tpot_s, None),
-                axis_toggle=True),
-            "request timeline": lambda: _timeline_figure(result.requests)}
+    replicas = ""
+    if isinstance(result, ClusterResult):  # replicas behind a router (sim/engine/cluster.py)
+        logs = [r.steps.array(copy=False) for r in result.replicas]
+        pool = summary["kv"]["pool_tokens"] // len(logs)
+        figs = {"replicas": lambda: _replicas_figure(logs, pool)}
+        replicas = _guarded("replicas", lambda: _replicas_html(summary))
+    else:
+        steps = result.steps.array(copy=False)  # the run is over: no copy of a long log
+        pool = summary["kv"]["pool_tokens"]
+        figs = {"KV memory": lambda: _memory_figure(steps, pool), "engine load": lambda: _load_figure(steps),
+                "preemption events": lambda: _events_figure(steps, str(sc.scheduler.preemption))}
+    figs.update({
+        "latency CDFs": lambda: latency_cdf_figure(
+            [LatencySeries.of_requests(result.requests)], slo_s=(sc.slo.ttft_s, sc.slo.tpot_s, None),
+            axis_toggle=True),
+        "request timeline": lambda: _timeline_figure(result.requests)})
     parts, js = [], True
     for name, build in figs.items():
         part = _guarded(name, lambda: to_html(build(), full_html=False, include_plotlyjs=js,
@@ -167,7 +202,7 @@ def _render(result, summary: dict, calibration) -> str:
              ".note{background:#fff3bf;border-left:4px solid #f59f00;padding:6px 10px}"
              "h3{font-size:15px;margin:1em 0 .3em}table.summary th{text-align:left;font-size:13px;padding:2px 10px}")
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body>{head}{_key_numbers_html(summary)}"
+            f"<style>{style}</style></head><body>{head}{_key_numbers_html(summary)}{replicas}"
             + "".join(f"<div class='plot'>{p}</div>" for p in parts)
             + _guarded("summary", lambda: _summary_html(summary, scenario_yaml))
             + _guarded("calibration", lambda: _calibration_html(calibration)) + "</body></html>")

@@ -71,6 +71,32 @@ def _load_figure(steps: dict) -> go.Figure:
     return fig
 
 
+def _replicas_figure(logs: list[dict], pool: int) -> go.Figure:
+    """A cluster's replicas side by side: KV allocated (% of a replica's pool) and requests
+    in each engine (running, waiting, swapped), binned like the other timelines."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1,
+                        subplot_titles=("KV allocated (% of the replica's pool)",
+                                        "requests in the engine (running + waiting + swapped)"))
+    for i, steps in enumerate(logs):
+        queued = steps["num_running"] + steps["num_waiting"] + steps["num_swapped"]
+        tb, cols = _binned(steps["time_s"], steps["duration_s"],
+                           {"kv": steps["kv_allocated_slots"] / pool * 100, "load": queued})
+        color = _PALETTE[i % len(_PALETTE)]
+        fig.add_trace(go.Scatter(x=tb, y=cols["kv"], name=f"replica {i}", legendgroup=str(i),
+                                 line_color=color, hovertemplate="%{y:.1f}%"), 1, 1)
+        fig.add_trace(go.Scatter(x=tb, y=cols["load"], name=f"replica {i}", legendgroup=str(i),
+                                 showlegend=False, line_color=color), 2, 1)
+    fig.update_yaxes(title_text="% of pool", row=1, col=1, rangemode="tozero")
+    fig.update_yaxes(title_text="requests", row=2, col=1, rangemode="tozero")
+    fig.update_layout(title="Replicas: KV use and load (binned means)", xaxis2_title="simulated time (s)",
+                      height=640, hovermode="x unified")
+    return fig
+
+
+_PALETTE = ("#1971c2", "#e03131", "#2b8a3e", "#f08c00", "#862e9c", "#0c8599", "#c2255c", "#5c940d",
+            "#495057", "#364fc7")
+
+
 def _events_figure(steps: dict, preemption_mode: str) -> go.Figure:
     """Preemptions and swap transfers, step by step (the steps where they happened)."""
     t, pre, swap = steps["time_s"], steps["num_preempted"], steps["swap_bytes"]

@@ -74,5 +74,26 @@ def print_summary(s: dict, out_dir: Path, report: bool = True) -> None:
         lines.append(f"prefix cache hit rate {kv['prefix_cache_hit_rate']:.1%}")
     lines.append(f"wrote        {out_dir}/ (summary.json, requests.csv, steps.csv{', report.html' if report else ''})")
     lines += [f"note         {n}" for n in s.get("notes", ())]
+    lines += _replica_lines(s)
     for line in lines:
         console.print(line, highlight=False, soft_wrap=True)
+
+
+def _replica_lines(s: dict) -> list[str]:
+    """A cluster run (sim/engine/cluster.py): its router, then one line per replica."""
+    if "replicas" not in s:
+        return []
+    c = s["cluster"]
+    lines = [f"cluster      {c['num_replicas']} replicas, router {c['router']}"
+             f"{', sticky sessions' if c['sticky_sessions'] else ''} (kv pool and counters above: sums "
+             "over replicas; peaks: the largest replica's)"]
+    for r in s["replicas"]:
+        q, hit = r["requests"], r["prefix_cache_hit_rate"]
+        lines.append(
+            f"replica {r['replica']:<4} arrived {q['arrived']}, completed {q['completed']}, rejected {q['rejected']}, "
+            f"in flight {q['in_flight']}; peak running {r['peak_running']}, kv peak {r['kv_peak_used_fraction']:.1%}, "
+            f"preempted {r['preemptions']}, busy {r['busy_share']:.0%}"
+            + (f", prefix hits {hit:.1%}" if hit is not None else "")
+            + f"; ttft p50/p99 {_ms(r['ttft_s'], 'p50')}/{_ms(r['ttft_s'], 'p99')} ms, "
+            f"tpot p50 {_ms(r['tpot_s'], 'p50')} ms")
+    return lines

@@ -1,0 +1,214 @@
+"""Replicas of one engine behind a router, on one simulated clock.
+
+A scenario with ``cluster.num_replicas: N > 1`` runs N copies of its engine: the same
+model, GPU, tensor parallelism, profile and KV settings, each with its own scheduler,
+allocator, swap space, PCIe link, front end and step log (a :class:`Replica` is a
+:class:`~sim.engine.simulation.Simulation` assembled on the cluster's SimPy environment,
+so every replica runs the very same engine loop, macro-steps included). One
+:class:`~sim.engine.parts.SessionDriver` makes every request (ids and conversation history
+are global, in arrival order); the router (sim/engine/router.py) picks a replica, whose
+front end or scheduler then gets it. With ``sticky_sessions`` the later turns of a
+conversation go to the replica of its first turn.
+
+A replica's macro-step stretch ends before the next event of the whole cluster (another
+replica's step, an arrival), so nothing can read or change its state mid-stretch: the
+results are exactly those of stepping one by one.
+
+:func:`summarize_cluster` writes summary.json: today's keys over every request (latencies,
+the cluster's throughput), KV, preemption and engine figures aggregated over replicas (the
+``cluster.aggregation`` block says how), and one entry per replica under ``replicas``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+
+import simpy
+
+from sim.config.scenario import Scenario
+from sim.engine.metrics import summarize
+from sim.engine.parts import EngineParts, SessionDriver, build_parts, replica_parts
+from sim.engine.router import Router
+from sim.engine.simulation import SimResult, Simulation
+from sim.request import Request
+from sim.workload.generate import SessionSpec
+
+
+class Replica(Simulation):
+    """One engine of a cluster: a Simulation on the cluster's clock, fed by its router."""
+
+    def __init__(self, cluster: ClusterSimulation, index: int, parts: EngineParts) -> None:  # noqa: PLW0231
+        self.cluster, self.index = cluster, index
+        self._assemble(parts, cluster.env, cluster.driver, None, cluster.macro_steps)
+        self.requests: list[Request] = []  # the requests routed here, in arrival order
+        self.progress = None  # set by ClusterSimulation.run when the cluster reports progress
+
+    def outstanding(self) -> int:
+        """Requests in flight here: queued, running, swapped out, or still in the front end."""
+        sched = self.scheduler
+        return len(self.requests) - len(sched.finished) - len(sched.rejected)
+
+    def accept(self, req: Request) -> None:
+        """``req`` was routed here: through the front end (if any) to the scheduler."""
+        self.requests.append(req)
+        if self.frontend is not None:
+            self.env.process(self._through_frontend(req))
+        elif self.scheduler.add_request(req) and not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    def _submit(self, session: SessionSpec, turn: int) -> None:
+        self.cluster.submit(session, turn)  # a follow-up turn goes through the router too
+
+    def result(self, end_s: float) -> SimResult:
+        return SimResult(
+            scenario=self.sc, plan=self.plan, calibration_name=self.cal.name,
+            calibration_source=str(self.cal.source), requests=self.requests, steps=self.steps,
+            scheduler=self.scheduler, preemptor=self.preemptor, allocator=self.allocator,
+            swap=self.swap, end_s=end_s, calibration_label=self.cal.source_label, profile=self.parts.profile)
+
+
+@dataclass
+class ClusterResult:
+    scenario: Scenario
+    requests: list[Request]  # every request that arrived, in arrival order (global ids)
+    replica_of: list[int]  # request id -> the replica it was routed to
+    replicas: list[SimResult]  # per replica: its requests, step log, scheduler, allocator...
+    router: Router
+    sim_wall_s: float = 0.0
+    end_s: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    def combined(self) -> SimResult:
+        """Every request, with replica 0's engine: summarize() over it gives the request
+        figures of the whole cluster (its engine figures are replaced by aggregates)."""
+        return dataclasses.replace(self.replicas[0], requests=self.requests, end_s=self.end_s,
+                                   sim_wall_s=self.sim_wall_s, extra={})
+
+
+class ClusterSimulation:
+    """One run of a scenario with ``cluster.num_replicas`` engines; ``run()`` returns a
+    :class:`ClusterResult` (``summarize_cluster`` turns it into summary.json)."""
+
+    def __init__(self, sc: Scenario, progress=None, macro_steps: bool = True) -> None:
+        first = build_parts(sc)
+        self.sc = sc = first.sc
+        self.cal, self.plan, self.sessions = first.cal, first.plan, first.sessions
+        self.env = simpy.Environment()
+        self.driver = SessionDriver(sc, None)  # makes requests; the router places them
+        self.requests = self.driver.requests
+        self.macro_steps = macro_steps
+        self.progress = progress
+        self.replicas = [Replica(self, i, first if i == 0 else replica_parts(first))
+                         for i in range(sc.cluster.num_replicas)]
+        self.router = Router(sc.cluster, self.replicas)
+        self.sticky = sc.cluster.sticky_sessions
+        self.replica_of: list[int] = []
+        self._home: dict[int, int] = {}  # session id -> replica of its first turn (sticky)
+
+    def replica_progress(self, now: float, _done: int, _arrived: int) -> None:
+        if self.progress is not None:
+            done = sum(len(r.scheduler.finished) + len(r.scheduler.rejected) for r in self.replicas)
+            self.progress(now, done, len(self.requests))
+
+    def submit(self, session: SessionSpec, turn: int) -> None:
+        req = self.driver.make(session, turn, self.env.now)
+        sid, last = session.session_id, turn == len(session.turns) - 1
+        home = None
+        if self.sticky and turn > 0:
+            home = self._home.pop(sid, None) if last else self._home.get(sid)
+        index = home if home is not None else self.router.pick(req)
+        if self.sticky and turn == 0 and not last:
+            self._home[sid] = index
+        self.replica_of.append(index)
+        self.replicas[index].accept(req)
+
+    def _arrivals(self):
+        env = self.env
+        for session in self.sessions:
+            if session.arrival_s > env.now:
+                yield env.timeout(session.arrival_s - env.now)
+            self.submit(session, 0)
+
+    def run(self) -> ClusterResult:
+        t0 = time.perf_counter()
+        self.env.process(self._arrivals())
+        for replica in self.replicas:
+            replica.progress = self.replica_progress if self.progress is not None else None
+            self.env.process(replica._engine())
+        self.env.run()
+        end = self.env.now
+        return ClusterResult(self.sc, self.requests, self.replica_of, [r.result(end) for r in self.replicas],
+                             self.router, sim_wall_s=time.perf_counter() - t0, end_s=end)
+
+
+#: How summary.json's engine figures of a cluster combine the replicas' (its ``cluster.aggregation``).
+_SUMS = ("pool_tokens", "pool_bytes", "num_gpu_blocks", "prefix_cache_hit_tokens", "prefill_tokens_saved",
+         "prefix_cache_evictions", "tokens_evicted")
+_PEAKS = ("peak_used_fraction", "peak_token_fraction")
+AGGREGATION = {
+    "sums": [f"kv.{k}" for k in _SUMS] + ["preemptions.* (counters)", "engine.num_steps", "engine.busy_s"],
+    "largest_replica": [f"kv.{k}" for k in _PEAKS] + [
+        "preemptions.swap_peak_bytes", "engine.peak_running", "engine.peak_waiting"],
+    "mean_over_replicas": ["kv.mean_* fractions"],
+    "over_all_requests": ["requests", "ttft_s", "tpot_s", "e2e_s", "throughput", "goodput_requests_per_s",
+                          "slo", "kv.prefix_cache_hit_rate"],
+}
+
+
+def summarize_cluster(result: ClusterResult) -> dict:
+    """summary.json of a cluster run (module docstring)."""
+    per = [summarize(r) for r in result.replicas]
+    out = summarize(result.combined())
+    kv = out["kv"]
+    for key in _SUMS:
+        kv[key] = sum(s["kv"][key] for s in per)
+    for key in _PEAKS:
+        kv[key] = max(s["kv"][key] for s in per)
+    for key in kv:
+        if key.startswith("mean_"):
+            kv[key] = sum(s["kv"][key] for s in per) / len(per)
+    stats = [r.allocator.prefix_cache_stats() for r in result.replicas]
+    queried = sum(s.queried_tokens for s in stats)
+    kv["prefix_cache_hit_rate"] = kv["prefix_cache_hit_tokens"] / queried if stats[0].enabled and queried else None
+    pre = out["preemptions"]
+    for key, value in pre.items():
+        if key == "swap_peak_bytes":
+            pre[key] = max(s["preemptions"][key] for s in per)
+        elif key == "by_cause":
+            pre[key] = {c: sum(s["preemptions"][key][c] for s in per) for c in value}
+        else:
+            pre[key] = sum(s["preemptions"][key] for s in per)
+    eng = out["engine"]
+    eng["num_steps"] = sum(s["engine"]["num_steps"] for s in per)
+    eng["busy_s"] = sum(s["engine"]["busy_s"] for s in per)
+    for key in ("peak_running", "peak_waiting"):
+        eng[key] = max(s["engine"][key] for s in per)
+    cfg, router = result.scenario.cluster, result.router
+    out["cluster"] = {"num_replicas": cfg.num_replicas, "router": str(cfg.router),
+                      "sticky_sessions": cfg.sticky_sessions, "prefix_load_factor": cfg.prefix_load_factor,
+                      "prefix_routed": router.num_prefix_routed, "prefix_fallbacks": router.num_fallbacks,
+                      "aggregation": AGGREGATION}
+    if str(cfg.router) == "prefix-aware" and not result.scenario.kv.prefix_caching:
+        out["notes"].append("cluster.router prefix-aware without kv.prefix_caching: no replica caches "
+                            "prefixes, so every request is routed least-outstanding")
+    out["replicas"] = [_replica_entry(i, s, result.end_s) for i, s in enumerate(per)]
+    wall = out.pop("sim_wall_s")
+    out["sim_wall_s"] = wall  # last, as in a single engine's summary
+    return out
+
+
+def _replica_entry(index: int, s: dict, end_s: float) -> dict:
+    pre, eng = s["preemptions"], s["engine"]
+    return {
+        "replica": index,
+        "requests": {k: s["requests"][k] for k in ("arrived", "completed", "rejected", "in_flight")},
+        "peak_running": eng["peak_running"],
+        "kv_peak_used_fraction": s["kv"]["peak_used_fraction"],
+        "preemptions": pre["recompute"] + pre["swap"],
+        "busy_share": eng["busy_s"] / end_s if end_s > 0 else 0.0,
+        "prefix_cache_hit_rate": s["kv"]["prefix_cache_hit_rate"],
+        "ttft_s": {q: s["ttft_s"][q] for q in ("p50", "p99")},
+        "tpot_s": {q: s["tpot_s"][q] for q in ("p50", "p99")},
+    }
