@@ -43,7 +43,13 @@ def run_point(point_id: str, values: dict, data: dict, source: str) -> dict:
 
     record = {"point_id": point_id, "values": values, "status": "ok", "error": None, "summary": None}
     try:
-        record["summary"] = summarize(Simulation(parse_scenario(data, source)).run())
+        sc = parse_scenario(data, source)
+        if sc.cluster.num_replicas > 1:  # replicas behind a router: sweepable like any key
+            from sim.engine.cluster import ClusterSimulation, summarize_cluster
+
+            record["summary"] = summarize_cluster(ClusterSimulation(sc).run())
+        else:
+            record["summary"] = summarize(Simulation(sc).run())
     except Exception as exc:  # noqa: BLE001 -- any crash is recorded, the sweep goes on
         record.update(status="error", error=f"{type(exc).__name__}: {exc}",
                       traceback=traceback.format_exc())
