@@ -32,6 +32,7 @@ def _add_run_parser(sub) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from sim.cli.kv import add_kv_parser
+    from sim.cli.plan import add_plan_parser
     from sim.cli.sweep import add_compare_parser, add_sweep_parser
     from sim.cli.validate import add_validate_parser
 
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_kv_parser(sub)
     add_sweep_parser(sub)
     add_compare_parser(sub)
+    add_plan_parser(sub)
     add_validate_parser(sub)
     return parser
 
@@ -96,6 +98,10 @@ def _dispatch(args) -> int:
 
         check_compare_out(args)
         return run_compare(args)
+    if args.command == "plan":
+        from sim.cli.plan import run_plan_command
+
+        return run_plan_command(args)
     if args.command == "validate":
         from validation.cli import run_validate
 

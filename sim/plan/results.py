@@ -1,0 +1,129 @@
+"""From searched configurations to a plan: replicas, GPUs and cost for the target rate, the
+ranking, the reasons, and plan.json / plan.csv.
+
+replicas = ceil(target_rate / max_rate); GPUs = replicas x tensor_parallel_size; cost per
+hour = GPUs x price per GPU-hour; cost per million output tokens = cost per hour / (target
+rate x mean output tokens per request at the max rate x 3600) x 1e6. Replicas are assumed
+to share the load evenly (a perfect router): the plan does not simulate the fleet.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+from sim.plan.spec import PlanSpec
+
+STATUS_ORDER = {"feasible": 0, "slo-unreachable": 1, "infeasible": 2, "error": 3}
+
+
+def add_costs(spec: PlanSpec, record: dict) -> dict:
+    price = spec.prices[record["gpu"]]["usd_per_gpu_hour"]
+    rec = {**record, "price_per_gpu_hour": price, "replicas": None, "gpus": None, "cost_per_hour": None,
+           "cost_per_million_output_tokens": None}
+    if record["status"] == "feasible":
+        replicas = math.ceil(spec.target_rate / record["max_rate"] - 1e-9)
+        gpus = replicas * record["tensor_parallel_size"]
+        cost = gpus * price
+        mean_out = record["at_max_rate"]["mean_output_tokens"] or 0
+        per_m = cost / (spec.target_rate * mean_out * 3600) * 1e6 if mean_out else None
+        rec.update(replicas=replicas, gpus=gpus, cost_per_hour=cost, cost_per_million_output_tokens=per_m)
+    return rec
+
+
+def rank(records: list[dict]) -> list[dict]:
+    """Cheapest feasible first (ties: higher max rate, then space order); then the others."""
+    def key(r):
+        if r["status"] == "feasible":
+            return (0, r["cost_per_hour"], -r["max_rate"], r["index"])
+        return (STATUS_ORDER.get(r["status"], 9), 0.0, 0.0, r["index"])
+    ranked = sorted(records, key=key)
+    for i, r in enumerate(ranked):
+        r["rank"] = i + 1 if r["status"] == "feasible" else None
+    return ranked
+
+
+def pareto(records: list[dict]) -> set[int]:
+    """Indexes of feasible configurations no other beats on both cost per hour (lower) and
+    max rate per replica (higher)."""
+    ok = [r for r in records if r["status"] == "feasible"]
+    front = set()
+    for r in ok:
+        if not any((o["cost_per_hour"] <= r["cost_per_hour"] and o["max_rate"] >= r["max_rate"])
+                   and (o["cost_per_hour"] < r["cost_per_hour"] or o["max_rate"] > r["max_rate"]) for o in ok):
+            front.add(r["index"])
+    return front
+
+
+def why(spec: PlanSpec, r: dict) -> str:
+    """One line: why this configuration ranks where it does."""
+    if r["status"] != "feasible":
+        return f"{r['status']}: {r['reason']}"
+    mem, at, q = r["memory"], r["at_max_rate"], f"p{spec.slo.percentile:g}"
+    rate = f"{'at least ' if r['capped'] else ''}{r['max_rate']:.2f} req/s"
+    tpot = "-" if at["tpot_s"] is None else f"{at['tpot_s'] * 1e3:.0f} ms"
+    return (f"KV pool holds {mem['max_full_length_requests']} full-length requests "
+            f"({mem['kv_pool_tokens']:,} tokens); max rate {rate} ({q} TTFT {at['ttft_s'] * 1e3:.0f} ms, "
+            f"TPOT {tpot}, attainment {at['attainment']:.0%}); {r['replicas']} replica"
+            f"{'s' if r['replicas'] != 1 else ''} x {r['tensor_parallel_size']} GPU = {r['gpus']} GPUs "
+            f"at ${r['price_per_gpu_hour']:.2f}/GPU-h")
+
+
+def finish(spec: PlanSpec, records: list[dict]) -> list[dict]:
+    """Costed, ranked records, each with its one-line reason and Pareto mark."""
+    ranked = rank([add_costs(spec, r) for r in records])
+    front = pareto(ranked)
+    for r in ranked:
+        r["pareto"] = r["index"] in front
+        r["why"] = why(spec, r)
+    return ranked
+
+
+def plan_document(spec: PlanSpec, ranked: list[dict], wall_s: float | None = None) -> dict:
+    s, slo = spec.search, spec.slo
+    return {
+        "plan": spec.name, "file": spec.path, "target_rate": spec.target_rate,
+        "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "percentile": slo.percentile,
+                "attainment": slo.attainment},
+        "search": {"min_rate": s.min_rate, "max_rate": s.max_rate, "tolerance": s.tolerance,
+                   "num_requests": s.num_requests,
+                   "seed": "the scenario's seed, the same for every probe (see each configuration's seed)"},
+        "keys": list(spec.keys), "prices": spec.prices,
+        "assumptions": ["replicas share the target rate evenly (a perfect router); the fleet is not simulated",
+                        "a probe passes when the run drains with no rejection, the SLO percentiles of TTFT "
+                        "and TPOT hold and the attainment share holds"],
+        "wall_s": wall_s,
+        "configurations": ranked,
+    }
+
+
+CSV_COLS = ("rank", "index", "status", "gpu", "tensor_parallel_size", "max_rate", "capped", "ttft_s", "tpot_s",
+            "attainment", "kv_pool_tokens", "max_full_length_requests", "replicas", "gpus", "price_per_gpu_hour",
+            "cost_per_hour", "cost_per_million_output_tokens", "pareto", "num_probes", "reason")
+
+
+def _cell(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+def plan_csv(spec: PlanSpec, ranked: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    rest = [c for c in CSV_COLS[2:] if c not in spec.keys]  # gpu once, when it is searched
+    cols = list(CSV_COLS[:2]) + list(spec.keys) + rest
+    w.writerow(cols)
+    for r in ranked:
+        at, mem = r["at_max_rate"] or {}, r["memory"] or {}
+        flat = {**r, "ttft_s": at.get("ttft_s"), "tpot_s": at.get("tpot_s"), "attainment": at.get("attainment"),
+                "kv_pool_tokens": mem.get("kv_pool_tokens"),
+                "max_full_length_requests": mem.get("max_full_length_requests"), "num_probes": len(r["probes"])}
+        row = [json.dumps(v) if isinstance(v, (list, dict)) else v for v in (r["values"][k] for k in spec.keys)]
+        w.writerow([_cell(flat.get(c)) for c in CSV_COLS[:2]] + [_cell(v) for v in row]
+                   + [_cell(flat.get(c)) for c in rest])
+    return buf.getvalue()

@@ -1,0 +1,49 @@
+"""The end of ``sim plan`` in the terminal: the ranked configurations, then one reason per
+top configuration, then the counts and where the files are."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from sim.plan.spec import PlanSpec
+
+
+def _money(v) -> str:
+    return "-" if v is None else f"{v:,.2f}"
+
+
+def print_plan(spec: PlanSpec, ranked: list[dict], out_dir: Path, wall_s: float, top: int = 5) -> None:
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=max(console.width, 160))
+    q = f"p{spec.slo.percentile:g}"
+    t = Table(title=f"plan {spec.name}: {spec.target_rate:g} req/s, {q} TTFT <= {spec.slo.ttft_s:g} s, "
+                    f"{q} TPOT <= {spec.slo.tpot_s * 1e3:g} ms, attainment >= {spec.slo.attainment:.0%}",
+              header_style="bold")
+    t.add_column("#", justify="right")
+    for key in spec.keys:
+        t.add_column(key.rsplit(".", 1)[-1], no_wrap=True)
+    for col in ("status", "max req/s", f"{q} TTFT ms", f"{q} TPOT ms", "replicas", "GPUs", "USD/h", "USD/M out tok"):
+        t.add_column(col, justify="right" if col != "status" else "left", no_wrap=True)
+    for r in ranked:
+        at = r["at_max_rate"] or {}
+        rate = "-" if r["max_rate"] is None else f"{'>=' if r['capped'] else ''}{r['max_rate']:.2f}"
+        ttft = "-" if at.get("ttft_s") is None else f"{at['ttft_s'] * 1e3:.0f}"
+        tpot = "-" if at.get("tpot_s") is None else f"{at['tpot_s'] * 1e3:.0f}"
+        t.add_row(str(r["rank"] or "-"), *(str(r["values"][k]) for k in spec.keys), r["status"], rate, ttft, tpot,
+                  str(r["replicas"] or "-"), str(r["gpus"] or "-"), _money(r["cost_per_hour"]),
+                  _money(r["cost_per_million_output_tokens"]))
+    console.print(t)
+    feasible = [r for r in ranked if r["status"] == "feasible"]
+    for r in feasible[:3]:
+        console.print(f"#{r['rank']}: {r['why']}", highlight=False, soft_wrap=True)
+    counts = {s: sum(1 for r in ranked if r["status"] == s)
+              for s in ("feasible", "slo-unreachable", "infeasible", "error")}
+    console.print(f"configurations {len(ranked)}: " + ", ".join(f"{s} {n}" for s, n in counts.items()),
+                  highlight=False)
+    if not feasible:
+        console.print("no configuration meets the SLO: see the reason column of plan.csv", highlight=False)
+    console.print(f"wrote {out_dir}/ (plan.json, plan.csv, plan.html) in {wall_s:.1f} s", highlight=False)

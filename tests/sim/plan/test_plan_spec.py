@@ -1,0 +1,79 @@
+"""Plan files validate: every problem is one ConfigError line, exit 2 through the CLI."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.cli.main import main
+from sim.errors import ConfigError
+from sim.plan.spec import load_plan
+
+
+def test_a_good_plan_expands_its_space(tiny_plan, write_plan):
+    tiny_plan["space"]["gpu"] = ["a100-80gb", "h100-sxm"]
+    spec = load_plan(write_plan(tiny_plan))
+    assert [c.values for c in spec.configs] == [
+        {"scheduler.max_num_seqs": 4, "gpu": "a100-80gb"}, {"scheduler.max_num_seqs": 4, "gpu": "h100-sxm"},
+        {"scheduler.max_num_seqs": 16, "gpu": "a100-80gb"}, {"scheduler.max_num_seqs": 16, "gpu": "h100-sxm"}]
+    c = spec.configs[1]
+    assert c.data["gpu"] == "h100-sxm" and c.data["workload"]["num_requests"] == 150
+    assert c.data["slo"] == {"ttft_s": 0.05, "tpot_s": 0.005}
+    assert c.price_per_gpu_hour == spec.prices["h100-sxm"]["usd_per_gpu_hour"] > 0
+    assert spec.prices["h100-sxm"]["source"] and spec.prices["h100-sxm"]["date"]
+
+
+def test_a_scenario_file_is_read_relative_to_the_plan(tiny_plan, write_plan, tmp_path):
+    import yaml
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "base.yaml").write_text(yaml.safe_dump(tiny_plan.pop("base")))
+    tiny_plan["scenario"] = "sub/base.yaml"
+    spec = load_plan(write_plan(tiny_plan))
+    assert spec.configs[0].source.endswith("sub/base.yaml") and spec.configs[0].data["model"] == "tiny-llama"
+
+
+def test_prices_override_the_shipped_table(tiny_plan, write_plan):
+    tiny_plan["prices"] = {"a100-80gb": 0.5}
+    assert load_plan(write_plan(tiny_plan)).configs[0].price_per_gpu_hour == 0.5
+
+
+BAD = [
+    (lambda p: p.update(colour="red"), "colour: unknown key"),
+    (lambda p: p.pop("slo"), "slo: required key is missing"),
+    (lambda p: p["slo"].update(percentile=120), "slo.percentile: got 120"),
+    (lambda p: p["slo"].update(attainment=0), "slo.attainment: got 0"),
+    (lambda p: p["slo"].pop("tpot_s"), "slo.tpot_s: required key is missing"),
+    (lambda p: p["slo"].update(p99=1), "slo.p99: unknown key"),
+    (lambda p: p.update(space={}), "space: expected a non-empty mapping"),
+    (lambda p: p.update(space={"gpu": []}), "space.gpu: expected a non-empty list"),
+    (lambda p: p.update(space={"gpu": ["l40s", "l40s"]}), "space.gpu: a value is repeated"),
+    (lambda p: p.update(space={"workload.arrival.rate": [1, 2]}), "space.workload.arrival.rate: the plan sets"),
+    (lambda p: p.update(space={"engine.bogus": [1, 2]}), "engine.bogus"),
+    (lambda p: p.update(space={"kv.block_size": [16, 0]}), "kv.block_size"),
+    (lambda p: p.update(space={"gpu": ["a100-40gb"]}), "no price for gpu 'a100-40gb'"),
+    (lambda p: p.update(prices={"l40s": -1}), "prices.l40s: got -1"),
+    (lambda p: p.update(target_rate=0), "target_rate: got 0"),
+    (lambda p: p["search"].update(max_rate=1), "search.max_rate: 1 is below search.min_rate"),
+    (lambda p: p["search"].update(num_requests=2.5), "search.num_requests: got 2.5"),
+    (lambda p: p.update(scenario="x.yaml"), "exactly one of base"),
+    (lambda p: p["base"]["workload"].pop("arrival"), "workload.arrival: the plan varies"),
+]
+
+
+@pytest.mark.parametrize("edit, message", BAD, ids=[m for _, m in BAD])
+def test_bad_plans_are_one_line_errors_and_exit_2(tiny_plan, write_plan, tmp_path, capsys, edit, message):
+    edit(tiny_plan)
+    path = write_plan(tiny_plan)
+    with pytest.raises(ConfigError) as err:
+        load_plan(path)
+    assert message in str(err.value)
+    assert main(["plan", path, "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_file_and_bad_workers_exit_2(tmp_path, tiny_plan, write_plan, capsys):
+    assert main(["plan", str(tmp_path / "nope.yaml")]) == 2
+    assert main(["plan", write_plan(tiny_plan), "--workers", "0"]) == 2
+    assert all(line.startswith("error: ") for line in capsys.readouterr().err.strip().splitlines())
