@@ -135,7 +135,9 @@ function drawKnee(gs) {
             text: ok.map((r) => r.v[state.x]), customdata: ok.map(describe),
             hovertemplate: "%{y:.4g} at %{x:.3g} req/s<br>%{customdata}<extra></extra>"};
   });
+  const slo = sloShapes(gs.flatMap((g) => g.rows), "y");
   Plotly.react(box, traces, {
+    shapes: slo.shapes, annotations: slo.annotations,
     title: {text: "The same points against achieved throughput (labels: " + state.x + ")"},
     xaxis: {title: {text: LABEL[THROUGHPUT]}}, yaxis: {title: {text: LABEL[state.metric]}},
     height: 420, margin: {t: 50}}, {responsive: true});
@@ -155,13 +157,29 @@ function drawTable(rows) {
   $("points").innerHTML = head + body;
 }
 
+function sloShapes(rows, axis) {
+  // The SLO as a dashed line on a TTFT or TPOT chart, when every point in view shares it.
+  const key = state.metric.startsWith("ttft_s.") ? "slo.ttft_s" : state.metric.startsWith("tpot_s.") ? "slo.tpot_s" : null;
+  if (!key) return {shapes: [], annotations: []};
+  const vals = [...new Set(rows.map((r) => r.m[key]).filter((v) => v !== undefined))];
+  if (vals.length !== 1) return {shapes: [], annotations: []};
+  const y = vals[0];
+  return {shapes: [{type: "line", xref: "paper", x0: 0, x1: 1, yref: axis, y0: y, y1: y,
+                    line: {dash: "dash", color: "#e03131", width: 2}}],
+          annotations: [{xref: "paper", x: 1, xanchor: "right", yref: axis, y: y, yanchor: "bottom",
+                         text: "SLO " + key.slice(4) + " = " + y + " s", showarrow: false,
+                         font: {color: "#e03131"}}]};
+}
+
 function draw() {
   $("metric").value = state.metric; $("xkey").value = state.x; $("color").value = state.color;
   fixedControls();
   const rows = DATA.rows.filter(inView);
   const gs = groups(rows);
   const xAxis = AXES[state.x];
+  const slo = sloShapes(rows, "y");
   Plotly.react("chart-main", mainTraces(gs), {
+    shapes: slo.shapes, annotations: slo.annotations,
     title: {text: LABEL[state.metric] + " against " + state.x},
     xaxis: {title: {text: state.x}, type: xAxis.numeric ? (logAxis(xAxis) ? "log" : "linear") : "category"},
     yaxis: {title: {text: LABEL[state.metric]}, rangemode: "tozero"},

@@ -85,3 +85,19 @@ def test_failed_points_are_listed_with_their_error(whatif):
     page, _ = whatif
     table = page.eval("document.getElementById('points').innerText")
     assert table.count("invalid") == 2 and "prefix_caching needs allocator 'paged'" in table
+
+
+def test_the_slo_is_drawn_on_latency_charts_only(whatif):
+    page, rows = whatif
+    choose(page, "view", "0")  # latency against the request rate: both charts drawn
+    choose(page, "metric", "ttft_s.p99")
+    shapes = page.eval(f"{MAIN}.layout.shapes")
+    slo = float(rows[0]["slo.ttft_s"])
+    assert len(shapes) == 1 and shapes[0]["y0"] == shapes[0]["y1"] == pytest.approx(slo)
+    assert "SLO ttft_s" in page.eval(f"{MAIN}.layout.annotations[0].text")
+    assert len(page.eval("document.getElementById('chart-knee').layout.shapes")) == 1
+    choose(page, "metric", "tpot_s.p50")
+    assert page.eval(f"{MAIN}.layout.shapes")[0]["y0"] == pytest.approx(float(rows[0]["slo.tpot_s"]))
+    choose(page, "metric", "throughput.requests_per_s")
+    assert page.eval(f"{MAIN}.layout.shapes") == []
+    assert page.errors() == []
