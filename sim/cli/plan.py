@@ -29,22 +29,10 @@ def add_plan_parser(sub) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
 
 
-def check_plan_out(out_dir: Path, force: bool) -> None:
-    from sim.outputs.files import check_writable
-
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(str(out_dir), "--out", "is an existing file; give a folder for the plan")
-    check_writable(out_dir)
-    old = [n for n in PLAN_FILES if (out_dir / n).exists() or (out_dir / n).is_symlink()]
-    if old and not force:
-        raise ConfigError(str(out_dir), "--out", f"already holds a plan's files ({', '.join(old)}); "
-                          "pass --force to replace them, or choose another folder")
-
-
 def run_plan_command(args) -> int:
     import json
 
-    from sim.outputs.files import safe_name, write_atomic
+    from sim.outputs.files import prepare_out_dir, safe_name, write_atomic
     from sim.plan.page import render_plan_page
     from sim.plan.results import finish, plan_csv, plan_document
     from sim.plan.runner import run_configs
@@ -54,7 +42,7 @@ def run_plan_command(args) -> int:
         raise ConfigError("--workers", str(args.workers), "must be at least 1")
     spec = load_plan(args.plan)
     out_dir = Path(args.out) if args.out else Path("plans") / safe_name(spec.name, "plan")
-    check_plan_out(out_dir, args.force)  # before minutes of simulation
+    prepare_out_dir(out_dir, PLAN_FILES, force=args.force, known=PLAN_FILES)  # before minutes of simulation
     show = not args.quiet and sys.stderr.isatty()
     t0 = time.perf_counter()
     with _progress(show, len(spec.configs)) as progress:

@@ -206,11 +206,13 @@ def _read_only(folder: Path) -> bool:
         return False
 
 
-def prepare_out_dir(out: Path, writes: Iterable[str], *, force: bool, flag: str = "--out") -> list[Path]:
+def prepare_out_dir(out: Path, writes: Iterable[str], *, force: bool, flag: str = "--out",
+                    known: Iterable[str] = OUTPUT_FILES) -> list[Path]:
     """Check an output folder before any work; return the files to remove once written.
 
     ``out`` must be a folder (or not exist yet) that can be written. A folder already
-    holding another run's files (:data:`OUTPUT_FILES`) is refused unless ``force``; then the
+    holding another run's files (``known``: :data:`OUTPUT_FILES`, or ``sim plan``'s)
+    is refused unless ``force``; then the
     old files this run does not write (``writes``) are returned, for :func:`remove_files`
     after the new ones are written, so the folder never mixes two runs. Other files in
     the folder are never touched. A sweep folder (``points/``) is always refused.
@@ -229,7 +231,7 @@ def prepare_out_dir(out: Path, writes: Iterable[str], *, force: bool, flag: str 
         if (out / name).is_dir():
             raise ConfigError(str(out / name), flag, "is a folder where a file is to be written; "
                               "choose another folder")
-    old = [out / n for n in OUTPUT_FILES if (out / n).exists() or (out / n).is_symlink()]
+    old = [out / n for n in known if (out / n).exists() or (out / n).is_symlink()]
     if old and not force:
         raise ConfigError(str(out), flag, f"already holds another run's files ({', '.join(p.name for p in old)}); "
                           "pass --force to replace them, or choose another folder")

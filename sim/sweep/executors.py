@@ -42,18 +42,20 @@ class ExecutorKind(StrEnum):
     RAY = "ray"
 
 
-def run_local(tasks: list[tuple], on_result, workers: int) -> None:
-    """A process pool of ``workers``; with one worker, points run in this process."""
+def run_local(tasks: list[tuple], on_result, workers: int, fn=run_point) -> None:
+    """``fn(*task)`` for every task (a sweep's points by default; ``sim plan`` passes its
+    configurations' searches) on a process pool of ``workers`` whose processes die with
+    this one; with one worker, in this process. ``fn`` must be a module-level function."""
     if workers <= 1:
         for task in tasks:
-            on_result(run_point(*task))
+            on_result(fn(*task))
         return
     pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=_init_worker,
                                initargs=(os.getpid(),), mp_context=multiprocessing.get_context("spawn"))
     finished = False
     try:
         with _sigterm_raises():
-            pending = {pool.submit(run_point, *task) for task in tasks}
+            pending = {pool.submit(fn, *task) for task in tasks}
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
