@@ -4,9 +4,7 @@ smooth roofline form."""
 
 from __future__ import annotations
 
-import csv
 import math
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +12,7 @@ from microbench.fit import GemmTiles, fit, fit_kernel, fit_params, mape
 from sim.calib.calibration import calibration_from_dict, calibration_to_dict, load_calibration
 from sim.calib.kernel_models import KernelFit
 
-FIXTURE = Path(__file__).parent / "fixtures" / "a100_linear_sample.csv"  # Vidur A100 timings (MIT), see its header
+from test_fit import a100_sample  # the fixture's Vidur A100 timings (MIT, see its header), by model
 
 TRUE = {"bandwidth_bytes_per_s": 2e12, "flops_per_s": 2.5e14, "x_half": 0.0, "overhead_s": 5e-6,
         "item_s": 0.0, "sharpness": 4.0, "sm_count": 108.0, "tile_m": 64.0, "tile_n": 128.0,
@@ -44,17 +42,6 @@ def test_without_tiles_the_fit_is_unchanged() -> None:
     assert "sm_count" not in fit_params("gemm", recs)
     assert "sm_count" not in fit_params("rmsnorm", [{"num_tokens": t, "hidden_size": 512, "dtype": "bf16",
                                                      "time_s": 1e-6 * t} for t in (1, 10, 100)], GemmTiles(108))
-
-
-def a100_sample() -> dict[str, list[dict]]:
-    with open(FIXTURE) as f:
-        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
-    out: dict[str, list[dict]] = {}
-    for r in rows:
-        out.setdefault(r["model"], []).append({"kernel": "gemm", "m": int(r["m"]), "n": int(r["n"]),
-                                               "k": int(r["k"]), "dtype": r["dtype"],
-                                               "time_s": float(r["median_ms"]) * 1e-3})
-    return out
 
 
 def test_held_out_model_error_with_tiles_on_real_a100_timings() -> None:
