@@ -146,7 +146,7 @@ def run_validate(args) -> int:
         real = runner.run_open_loop(sc, model)
         real_result = SimResult(sc, sim_result.plan, "real engine", "measured", real.requests, real.steps,
                                 real.scheduler, real.preemptor, real.allocator, real.swap,
-                                sim_wall_s=real.end_s, end_s=real.end_s)
+                                sim_wall_s=real.end_s, end_s=real.end_s, profile=sim_result.profile)
         real_summary, sim_summary = summarize(real_result), summarize(sim_result)
         result["open_loop"] = compare.summary_errors(real_summary, sim_summary)
         result["open_loop"]["real_step_errors"] = compare.step_errors(real.samples)

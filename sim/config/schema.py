@@ -15,7 +15,7 @@ from sim.config.cluster_schema import ClusterConfig
 from sim.config.limits import nonneg_float, nonneg_int, pos_float, pos_int
 from sim.config.paths import resolve_in
 from sim.config.profile_schema import ProfileChoice, ProfileOverrides, apply_profile_defaults
-from sim.cost.profile import DEFAULT_PROFILE, PROFILES, EngineProfile
+from sim.cost.profile import DEFAULT_PROFILE
 from sim.kv import AllocatorKind
 from sim.kv.eviction import PrefixEviction
 from sim.kv.swap import SwapTransfer
@@ -297,11 +297,6 @@ class Scenario(_Frozen):
     @classmethod
     def _profile_defaults(cls, data):
         return apply_profile_defaults(data)
-
-    @property
-    def engine_profile(self) -> EngineProfile:
-        """The engine profile with the scenario's overrides applied."""
-        return PROFILES[self.engine.profile].with_overrides(self.engine.profile_overrides.as_dict())
 
     @property
     def base_dir(self) -> Path:

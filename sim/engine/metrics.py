@@ -254,8 +254,8 @@ def summarize(result) -> dict:
             "prefix_cache_eviction": str(sc.kv.prefix_cache_eviction),
             "token_eviction": str(alloc_cls.budget.policy),
         },
-        "profile": engine_summary(sc, result),
-        "notes": notes(alloc_cls) + profile_notes(sc, result),
+        "profile": engine_summary(result),
+        "notes": notes(alloc_cls) + profile_notes(result),
         "requests": {
             "arrived": len(reqs), "completed": len(done), "rejected": len(rejected),
             "in_flight": len(reqs) - len(done) - len(rejected), "rejected_by_reason": reasons,

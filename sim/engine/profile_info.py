@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 
-def engine_summary(sc, result) -> dict:
+def engine_summary(result) -> dict:
     """The engine profile the run modelled (sim/cost/profile.py) and whose times the
     latencies are: the client's (through a modelled front end) or the engine's."""
-    p = result.profile if getattr(result, "profile", None) is not None else sc.engine_profile
+    p = result.profile
     return {"profile": str(p.name), "graph_mode": str(p.graph_mode), "async_scheduling": p.async_scheduling,
             "prefill_first": p.prefill_first, "step_host_s": p.step_host_s, "seq_host_s": p.seq_host_s,
             "latencies_seen_by": "client" if p.has_frontend else "engine"}
 
 
-def profile_notes(sc, result) -> list[str]:
-    p = result.profile if getattr(result, "profile", None) is not None else sc.engine_profile
+def profile_notes(result) -> list[str]:
+    p = result.profile
     if p.is_eager or result.calibration_source != "measured":
         return []
     return [f"engine profile {p.name}: a measured calibration times the validation engine's own steps "
