@@ -38,9 +38,8 @@ def build_profiled_cost(model: ModelSpec, calibration: Calibration, profile: Eng
     models time the validation engine's own steps, launches and host work included: they
     are used as measured (the profile still sets scheduling and the front end).
     """
-    plain = build_cost_model(model, calibration, **kwargs)
     if profile.is_eager or "gemm" in calibration.kernels:
-        return plain
+        return build_cost_model(model, calibration, **kwargs)
     no_host = dataclasses.replace(calibration, step_overhead_s=0.0)
     eager = build_cost_model(model, no_host, **kwargs)
     if profile.graph_mode is GraphMode.NONE:

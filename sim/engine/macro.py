@@ -31,6 +31,9 @@ from __future__ import annotations
 import math
 
 from sim.cost.shape import BatchShape
+from sim.engine.metrics import StepLog
+from sim.kv.paged import PagedAllocator
+from sim.sched.continuous import ContinuousScheduler
 
 #: Shortest stretch worth the set-up (a shorter one runs step by step).
 MIN_STEPS = 3
@@ -40,10 +43,6 @@ class DecodeRun:
     """Advances stretches of pure decode steps for one :class:`~sim.engine.simulation.Simulation`."""
 
     def __init__(self, sim) -> None:
-        from sim.engine.metrics import StepLog  # noqa: PLC0415
-        from sim.kv.paged import PagedAllocator  # noqa: PLC0415
-        from sim.sched.continuous import ContinuousScheduler  # noqa: PLC0415
-
         self.sim = sim
         sched, alloc = sim.scheduler, sim.allocator
         self.enabled = (type(sched) is ContinuousScheduler and type(alloc) is PagedAllocator
