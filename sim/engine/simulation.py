@@ -25,6 +25,7 @@ from sim.engine.frontend import FrontEnd
 from sim.engine.macro import DecodeRun
 from sim.engine.metrics import StepLog
 from sim.engine.parts import SessionDriver, build_parts
+from sim.engine.request_log import Tally
 from sim.engine.step import EngineStep, PredictedRunner, WaitKind
 from sim.errors import ConfigError
 from sim.kv.swap import SwapSpace
@@ -63,18 +64,20 @@ class Simulation:
     """
 
     def __init__(self, sc: Scenario, progress=None,
-                 step_hook: Callable[[SchedulerOutput], None] | None = None, macro_steps: bool = True) -> None:
+                 step_hook: Callable[[SchedulerOutput], None] | None = None, macro_steps: bool = True,
+                 keep_requests: bool = False) -> None:
         if sc.cluster.num_replicas > 1:
             raise ConfigError(sc.source_path, "cluster.num_replicas", (
                 f"{sc.cluster.num_replicas} replicas run with `sim run` only (sim/engine/cluster.py); "
                 "this command simulates one engine: set cluster.num_replicas: 1"))
-        self._assemble(build_parts(sc), simpy.Environment(), None, step_hook, macro_steps)
+        self._assemble(build_parts(sc), simpy.Environment(), None, step_hook, macro_steps, keep_requests)
         self.progress = progress
 
     def _assemble(self, parts, env: simpy.Environment, driver: SessionDriver | None,
-                  step_hook=None, macro_steps: bool = True) -> None:
+                  step_hook=None, macro_steps: bool = True, keep_requests: bool = False) -> None:
         """The engine of ``parts`` on ``env``'s clock (a cluster's replica shares the clock and
-        the ``driver``)."""
+        the ``driver``). ``keep_requests``: keep every request as an object to the end (the
+        scheduler's ``finished`` and ``rejected`` lists hold them) instead of retiring it."""
         self.sc = sc = parts.sc  # as run (a model may veto a profile default)
         self.parts = parts
         self.model, self.cal, self.plan, self.cost = parts.model, parts.cal, parts.plan, parts.cost
@@ -83,6 +86,13 @@ class Simulation:
         self.sessions: list[SessionSpec] = parts.sessions
         self.driver = driver if driver is not None else SessionDriver(sc, self.scheduler)
         self.requests = self.driver.requests
+        # Finished and rejected requests are not kept as objects: the scheduler counts them,
+        # rejected ones are retired into the request log at once, finished ones after the
+        # step (once the front end has streamed their last token).
+        self._done: list[Request] = []
+        if not keep_requests:
+            self.scheduler.finished = Tally(self._done.append)
+            self.scheduler.rejected = Tally(self.driver.requests.retire)
         self.env = env
         self.link = simpy.Resource(self.env, capacity=1)
         self._wakeup = self.env.event()
@@ -162,6 +172,8 @@ class Simulation:
             if frontend is not None and step.ran:
                 frontend.stream(env.now, step.out.scheduled, after.finished)
                 delay = frontend.free_at - env.now if frontend.free_at > env.now else 0.0
+            if self._done:
+                self._retire_done()
             if not step.ran:
                 if after.retry:
                     continue  # a preemption freed memory (after its swap-out): try again at once
@@ -174,6 +186,12 @@ class Simulation:
                 sched = self.scheduler
                 self.progress(env.now, len(sched.finished) + len(sched.rejected), len(self.requests))
 
+    def _retire_done(self) -> None:
+        retire = self.driver.requests.retire
+        for req in self._done:
+            retire(req)
+        self._done.clear()
+
     def _transfer(self, seconds: float):
         with self.link.request() as slot:  # swaps hold the host link: they serialize
             yield slot
@@ -184,6 +202,7 @@ class Simulation:
         self.env.process(self._arrivals())
         self.env.process(self._engine())
         self.env.run()
+        self._retire_done()
         return SimResult(
             scenario=self.sc, plan=self.plan, calibration_name=self.cal.name,
             calibration_source=str(self.cal.source), requests=self.requests, steps=self.steps,

@@ -15,7 +15,7 @@ import plotly.colors
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from sim.engine.metrics import request_latencies
+from sim.engine.request_stats import RunRequests
 
 MAX_POINTS = 1500
 PANEL_TITLES = ("TTFT", "TPOT", "E2E latency")
@@ -57,9 +57,8 @@ class LatencySeries:
     @classmethod
     def of_requests(cls, requests, label: str | None = None, color: str | None = None) -> LatencySeries:
         """The series of ``requests``' finished ones (TPOT of those with two or more tokens)."""
-        lat = [request_latencies(r) for r in requests if r.finish_s is not None]
-        ttft, tpot, e2e = ([x[i] for x in lat if x[i] is not None] for i in range(3))
-        return cls(label, ttft, tpot, e2e, color)
+        rr = RunRequests(requests)
+        return cls(label, rr.done_ttft(), rr.done_tpot(), rr.done_e2e(), color)
 
 
 def latency_cdf_figure(series: Sequence[LatencySeries], *, title: str = "Latency CDFs (finished requests)",

@@ -4,8 +4,6 @@ checks on an output folder made before any work (see :func:`prepare_out_dir`).""
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import json
 import os
 import re
@@ -18,7 +16,9 @@ import numpy as np
 from sim.errors import ConfigError
 
 from sim.engine.cluster import ClusterResult
-from sim.engine.metrics import COLUMNS, request_latencies
+from sim.engine.metrics import COLUMNS
+from sim.engine.request_log import STATUSES
+from sim.engine.request_stats import RunRequests
 
 REQUEST_COLUMNS = (
     "request_id", "session_id", "turn", "status", "reject_reason", "arrival_s", "admitted_s",
@@ -77,32 +77,48 @@ def flatten(doc: dict, prefix: str = "") -> dict:
     return flat
 
 
-def _fmt(v) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return str(v)
-
-
 def requests_csv(requests, replica_of: list[int] | None = None) -> str:
-    """requests.csv; ``replica_of`` (a cluster run's request id -> replica) adds a
-    ``replica`` column after ``request_id``."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
+    """The whole requests.csv as one string (see :func:`requests_csv_chunks`)."""
+    return "".join(requests_csv_chunks(requests, replica_of))
+
+
+def _g(values: np.ndarray) -> list[str]:
+    """Floats as ``%.6g``, NaN (a time not reached) as empty."""
+    return ["" if v != v else f"{v:.6g}" for v in values.tolist()]
+
+
+def requests_csv_chunks(requests, replica_of: list[int] | None = None, chunk: int = 20_000) -> Iterator[str]:
+    """requests.csv in pieces of ``chunk`` rows, one row per request in arrival order, from
+    the run's request columns (sim/engine/request_log.py); ``replica_of`` (a cluster run's
+    request id -> replica) adds a ``replica`` column after ``request_id``."""
     cols = REQUEST_COLUMNS if replica_of is None else (REQUEST_COLUMNS[0], "replica", *REQUEST_COLUMNS[1:])
-    w.writerow(cols)
-    for r in requests:
-        ttft, tpot, e2e = request_latencies(r)
-        row = [_fmt(v) for v in (
-            r.request_id, r.session.session_id if r.session else "", r.turn, r.status.value,
-            r.reject_reason, r.arrival_s, r.admitted_s, r.first_token_s, r.last_token_s, r.finish_s,
-            r.num_prompt_tokens, r.prefix_len, r.num_cached_tokens, r.max_tokens,
-            r.num_output_tokens, ttft, tpot, e2e, r.num_preemptions, r.num_swaps)]
+    yield ",".join(cols) + "\n"
+    rr = RunRequests(requests, _REQUEST_FIELDS)
+    c, n = rr.c, rr.n
+    reasons = [""] + rr.reasons  # code + 1 -> reason
+    status_names = [s.value for s in STATUSES]
+    for a in range(0, n, chunk):
+        b = min(n, a + chunk)
+
+        def ints(name: str) -> list[str]:
+            return [str(v) for v in c[name][a:b].astype(np.int64).tolist()]
+
+        rid = ints("request_id")
+        sid = ["" if v < 0 else str(v) for v in c["session_id"][a:b].astype(np.int64).tolist()]
+        status = [status_names[v] for v in c["status"][a:b].astype(np.int64).tolist()]
+        why = [reasons[v + 1] for v in c["reject_reason"][a:b].astype(np.int64).tolist()]
+        fields = [rid, sid, ints("turn"), status, why, *(_g(c[t][a:b]) for t in _REQUEST_TIMES),
+                  *(ints(k) for k in _REQUEST_COUNTS), _g(rr.ttft[a:b]), _g(rr.tpot[a:b]), _g(rr.e2e[a:b]),
+                  ints("num_preemptions"), ints("num_swaps")]
         if replica_of is not None:
-            row.insert(1, str(replica_of[r.request_id]))
-        w.writerow(row)
-    return buf.getvalue()
+            fields.insert(1, [str(v) for v in replica_of[a:b]])
+        yield "".join(",".join(row) + "\n" for row in zip(*fields))
+
+
+_REQUEST_TIMES = ("arrival_s", "admitted_s", "first_token_s", "last_token_s", "finish_s")
+_REQUEST_COUNTS = ("num_prompt_tokens", "prefix_len", "num_cached_tokens", "max_tokens", "num_output_tokens")
+_REQUEST_FIELDS = ("request_id", "session_id", "turn", *_REQUEST_TIMES, *_REQUEST_COUNTS,
+                   "num_preemptions", "num_swaps")
 
 
 #: ``sim run --steps``: the most rows steps.csv gets (None: every step; 0: no steps.csv).
@@ -155,7 +171,7 @@ def write_run(out_dir: Path, summary: dict, result, report_html: str | None,
     replicas = result.replica_of if isinstance(result, ClusterResult) else None  # sim/engine/cluster.py
     files = {
         "summary.json": json.dumps(summary, indent=2, sort_keys=False) + "\n",
-        "requests.csv": requests_csv(result.requests, replicas),
+        "requests.csv": requests_csv_chunks(result.requests, replicas),
     }
     if STEP_MODES[steps] != 0:
         files["steps.csv"] = (steps_csv_chunks(result.steps, STEP_MODES[steps]) if replicas is None else

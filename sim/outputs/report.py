@@ -165,12 +165,12 @@ def _render(result, summary: dict, calibration) -> str:
     sc = result.scenario
     replicas = ""
     if isinstance(result, ClusterResult):  # replicas behind a router (sim/engine/cluster.py)
-        logs = [r.steps.array(copy=False) for r in result.replicas]
+        logs = [r.steps.condensed() for r in result.replicas]  # bounded rows per replica
         pool = summary["kv"]["pool_tokens"] // len(logs)
         figs = {"replicas": lambda: _replicas_figure(logs, pool)}
         replicas = _guarded("replicas", lambda: _replicas_html(summary))
     else:
-        steps = result.steps.array(copy=False)  # the run is over: no copy of a long log
+        steps = result.steps.condensed()  # the log itself, or at most 200,000 merged rows of a long one
         pool = summary["kv"]["pool_tokens"]
         figs = {"KV memory": lambda: _memory_figure(steps, pool), "engine load": lambda: _load_figure(steps),
                 "preemption events": lambda: _events_figure(steps, str(sc.scheduler.preemption))}

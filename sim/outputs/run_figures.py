@@ -12,6 +12,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from sim.engine.request_log import RequestLog
 from sim.outputs.figures import MAX_POINTS, thin_indices
 
 MAX_TIMELINE_REQUESTS = 60
@@ -130,10 +131,13 @@ def _events_figure(steps: dict, preemption_mode: str) -> go.Figure:
 
 
 def _timeline_figure(requests) -> go.Figure:
-    sample = [r for r in requests if r.finish_s is not None]
-    if len(sample) > MAX_TIMELINE_REQUESTS:
-        idx = np.linspace(0, len(sample) - 1, MAX_TIMELINE_REQUESTS).astype(int)
-        sample = [sample[i] for i in idx]
+    if isinstance(requests, RequestLog):  # a run's log: only the sampled requests become objects
+        done = np.flatnonzero(~np.isnan(requests.columns(("finish_s",))["finish_s"]))
+    else:
+        done = np.array([i for i, r in enumerate(requests) if r.finish_s is not None], dtype=np.int64)
+    if done.size > MAX_TIMELINE_REQUESTS:
+        done = done[np.linspace(0, done.size - 1, MAX_TIMELINE_REQUESTS).astype(int)]
+    sample = [requests[i] for i in done.tolist()]
     phases = {"queued": "#adb5bd", "prefill (to first token)": "#f59f00", "decode": "#1971c2",
               "done, held in batch": "#e599f7"}
     bars = {k: ([], [], []) for k in phases}  # y, base, length

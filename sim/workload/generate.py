@@ -10,6 +10,7 @@ A workload is a list of :class:`SessionSpec`: a single request is a session of o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,8 +133,8 @@ def _read_trace(path: Path, speedup: float = 1.0) -> tuple[np.ndarray, np.ndarra
     return arrived - arrived[0], table.values[1].astype(np.int64), table.values[2].astype(np.int64)
 
 
-def build_workload(sc: Scenario, rng: np.random.Generator) -> list[SessionSpec]:
-    """All sessions of the run, in arrival order (ties keep generation order)."""
+def build_workload(sc: Scenario, rng: np.random.Generator) -> Sessions:
+    """All sessions of the run, in arrival order (ties keep generation order), built lazily."""
     wl = sc.workload
     if wl.trace is not None:
         arrived, prompts, outputs = _read_trace(sc.resolve(wl.trace.path), wl.trace.speedup)
@@ -173,18 +174,54 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> list[SessionSpec]:
             which = rng.choice(sp.num_prefixes, size=n, p=weights / weights.sum())
     next_segment = (sp.num_prefixes if sp is not None else 0) + 1  # prefixes are 1..N
 
-    sessions, k = [], 0
-    for i in range(n):
-        nt = int(turns_per[i])
+    starts = np.concatenate(([0], np.cumsum(turns_per)[:-1])).astype(np.int64) if n else np.zeros(0, np.int64)
+    prefix_ids = (np.where(uses, which + 1, 0).astype(np.int64) if sp is not None
+                  else np.zeros(n, dtype=np.int64))
+    return Sessions(arrived.astype(float), turns_per.astype(np.int64), starts, prompts.astype(np.int64),
+                    outputs.astype(np.int64), thinks, prefix_ids, sp.prefix_tokens if sp is not None else 0,
+                    next_segment)
+
+
+class Sessions(Sequence):
+    """The run's sessions in arrival order, each :class:`SessionSpec` built when it is read
+    from the arrays the workload was drawn into (a million sessions kept as objects would
+    hold about 400 MB; as arrays, about 40 MB). Reading the same index twice gives equal,
+    not identical, specs: a run reads each session once, at its arrival."""
+
+    def __init__(self, arrived: np.ndarray, turns_per: np.ndarray, starts: np.ndarray, prompts: np.ndarray,
+                 outputs: np.ndarray, thinks: np.ndarray | None, prefix_ids: np.ndarray, prefix_tokens: int,
+                 first_segment: int) -> None:
+        self._arrived, self._turns, self._starts = arrived, turns_per, starts
+        self._prompts, self._outputs, self._thinks = prompts, outputs, thinks
+        self._prefix_ids, self._prefix_tokens, self._first_segment = prefix_ids, prefix_tokens, first_segment
+
+    def __len__(self) -> int:
+        return int(self._arrived.size)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("session index out of range")
+        k, nt, thinks = int(self._starts[i]), int(self._turns[i]), self._thinks
         turns = tuple(
-            TurnSpec(
-                int(prompts[k + t]), int(outputs[k + t]),
-                float(thinks[k + t]) if (thinks is not None and t > 0) else 0.0,
-            )
-            for t in range(nt)
-        )
-        prefix = (int(which[i]) + 1, sp.prefix_tokens) if sp is not None and uses[i] else None
-        sessions.append(SessionSpec(i, float(arrived[i]), prefix, turns, next_segment))
-        next_segment += nt
-        k += nt
-    return sessions
+            TurnSpec(int(self._prompts[k + t]), int(self._outputs[k + t]),
+                     float(thinks[k + t]) if (thinks is not None and t > 0) else 0.0)
+            for t in range(nt))
+        pid = int(self._prefix_ids[i])
+        return SessionSpec(i, float(self._arrived[i]), (pid, self._prefix_tokens) if pid else None, turns,
+                           self._first_segment + k)
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Sequence) or len(self) != len(other):
+            return False
+        return all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # mutable-looking sequence: not hashable, like a list

@@ -116,8 +116,10 @@ class CheckingStepLog(StepLog):
             assert req.num_computed_tokens > 0
 
 
-def simulate_checked(data: dict, source: str = "/tmp/kvsim-test/scenario.yaml"):
-    sim = Simulation(parse_scenario(data, source))
+def simulate_checked(data: dict, source: str = "/tmp/kvsim-test/scenario.yaml", keep_requests: bool = False):
+    """``keep_requests``: every request stays an object (its prompt segments and session
+    readable) instead of being retired into the run's request log when done."""
+    sim = Simulation(parse_scenario(data, source), keep_requests=keep_requests)
     sim.steps = CheckingStepLog(sim)
     result = sim.run()
     return result, summarize(result)

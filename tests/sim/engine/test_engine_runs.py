@@ -174,7 +174,7 @@ def test_conversation_turns_carry_history_and_hit_the_cache(simulate, assert_dra
                   "prompt_tokens": {"type": "uniform", "low": 5, "high": 60},
                   "output_tokens": {"type": "uniform", "low": 1, "high": 40},
                   "conversation": {"turns": {"type": "fixed", "value": 3}, "think_time_s": 1.0}})
-    result, summary = simulate(data)
+    result, summary = simulate(data, keep_requests=True)  # reads the turns' prompt segments
     assert_drained(result, summary)
     assert summary["requests"]["arrived"] == 12
     assert result.allocator.pool.num_evictions == 0  # big pool: every block stays cached

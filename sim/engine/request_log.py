@@ -1,0 +1,201 @@
+"""Every request of a run, in arrival order, without keeping finished ones as objects.
+
+A run of a million requests cannot keep a million :class:`~sim.request.Request` objects
+(about 0.5-1.6 KB each with their prompt segments, session and times). A
+:class:`RequestLog` keeps a request as an object while it is in flight; once it has
+finished (and the front end has streamed its last token, and its follow-up turn is made)
+or has been rejected, :meth:`RequestLog.retire` copies the numbers that the outputs read
+into one row of doubles (:data:`FIELDS`, 168 bytes) and drops the object.
+
+The log is still a sequence of requests: ``log[i]`` and iteration give the live object, or
+for a retired one a new, detached :class:`Request` carrying the same numbers (its session
+reduced to its id; no prompt segments, which nothing reads after a request is done). Outputs
+that read every request (summary.json, requests.csv, the report) read columns instead:
+:func:`request_columns` gives numpy arrays for a log or for a plain list of requests.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from sim.request import Request, RequestStatus
+
+#: A retired request's row, in this order (times in seconds; NaN where a time is None).
+FIELDS = (
+    "request_id", "session_id", "turn", "status", "reject_reason", "arrival_s", "admitted_s",
+    "first_token_s", "last_token_s", "finish_s", "client_first_s", "client_last_s",
+    "num_prompt_tokens", "prefix_len", "num_cached_tokens", "max_tokens", "num_output_tokens",
+    "num_computed_tokens", "num_generated", "num_preemptions", "num_swaps",
+)
+_NF = len(FIELDS)
+_INDEX = {name: i for i, name in enumerate(FIELDS)}
+#: ``status`` is stored as the index of the request's status in this tuple.
+STATUSES = tuple(RequestStatus)
+_STATUS_CODE = {s: float(i) for i, s in enumerate(STATUSES)}
+_NAN = float("nan")
+_INT_FIELDS = frozenset(FIELDS[:3] + FIELDS[12:])
+_TIME_FIELDS = FIELDS[6:12]  # may be None on a request
+_NOT_ATTRIBUTES = frozenset(("session_id", "status", "reject_reason"))  # decoded apart
+
+
+def _t(v: float | None) -> float:
+    return _NAN if v is None else v
+
+
+def _row(req: Request, reasons: dict[str, int]) -> tuple:
+    """``req``'s numbers in FIELDS order (reject reasons as codes into ``reasons``)."""
+    reason = req.reject_reason
+    if reason is None:
+        code = -1.0
+    else:
+        code = reasons.get(reason)
+        if code is None:
+            code = reasons[reason] = len(reasons)
+    session = req.session
+    return (req.request_id, -1 if session is None else session.session_id, req.turn,
+            _STATUS_CODE[req.status], code, req.arrival_s, _t(req.admitted_s), _t(req.first_token_s),
+            _t(req.last_token_s), _t(req.finish_s), _t(req.client_first_s), _t(req.client_last_s),
+            req.num_prompt_tokens, req.prefix_len, req.num_cached_tokens, req.max_tokens,
+            req.num_output_tokens, req.num_computed_tokens, req.num_generated, req.num_preemptions,
+            req.num_swaps)
+
+
+class SessionId:
+    """A retired request's session: its id only (the spec is not kept)."""
+
+    __slots__ = ("session_id",)
+
+    def __init__(self, session_id: int) -> None:
+        self.session_id = session_id
+
+    def __repr__(self) -> str:
+        return f"SessionId({self.session_id})"
+
+
+class RequestLog(Sequence):
+    """The requests of a run in arrival order (a request's id is its index): the live ones
+    as objects, the retired ones (finished or rejected) as rows of numbers."""
+
+    def __init__(self) -> None:
+        self._live: dict[int, Request] = {}
+        self._row_of = array("q")  # index -> row of ``_rows`` (-1: live)
+        self._rows = array("d")
+        self._reasons: dict[str, int] = {}  # reject reason -> code
+
+    def append(self, req: Request) -> None:
+        if req.request_id != len(self._row_of):
+            raise ValueError(f"request {req.request_id} appended as number {len(self._row_of)}")
+        self._live[req.request_id] = req
+        self._row_of.append(-1)
+
+    def retire(self, req: Request) -> None:
+        """Keep ``req`` (finished or rejected, its outputs final) as a row; drop the object."""
+        if self._live.pop(req.request_id, None) is None:
+            return  # retired already
+        self._row_of[req.request_id] = len(self._rows) // _NF
+        self._rows.extend(_row(req, self._reasons))
+
+    @property
+    def num_live(self) -> int:
+        return len(self._live)
+
+    def __len__(self) -> int:
+        return len(self._row_of)
+
+    def __getitem__(self, i):
+        n = len(self)
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(n))]
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("request index out of range")
+        row = self._row_of[i]
+        if row < 0:
+            return self._live[i]
+        return self._revive(self._rows[row * _NF:(row + 1) * _NF])
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def _revive(self, v: Sequence[float]) -> Request:
+        """A detached Request with a retired row's numbers (no prompt segments, no session)."""
+        req = Request.__new__(Request)
+        for name, x in zip(FIELDS, v):
+            if name in _NOT_ATTRIBUTES:
+                continue
+            if name in _INT_FIELDS:
+                setattr(req, name, int(x))
+            elif name in _TIME_FIELDS:
+                setattr(req, name, None if x != x else x)
+            else:
+                setattr(req, name, x)
+        req.status = STATUSES[int(v[_INDEX["status"]])]
+        code = int(v[_INDEX["reject_reason"]])
+        req.reject_reason = None if code < 0 else list(self._reasons)[code]
+        sid = int(v[_INDEX["session_id"]])
+        req.prompt_segments, req.session, req.block_hashes = (), (None if sid < 0 else SessionId(sid)), []
+        req.admit_seq, req.slot_room = -1, 0
+        return req
+
+    def columns(self, names: Iterable[str] = FIELDS) -> dict[str, np.ndarray]:
+        """The named FIELDS over every request, in arrival order, as float arrays (NaN for
+        a time not reached; ``status``: index into :data:`STATUSES`; ``reject_reason``:
+        index into :meth:`reasons`, -1 for none)."""
+        names = tuple(names)
+        idx = np.frombuffer(self._row_of, dtype=np.int64) if len(self._row_of) else np.zeros(0, np.int64)
+        rows = np.frombuffer(self._rows, dtype=float).reshape(-1, _NF) if len(self._rows) else np.zeros((0, _NF))
+        retired = idx >= 0
+        live = sorted(self._live)
+        live_rows = [_row(self._live[i], self._reasons) for i in live]
+        out = {}
+        for name in names:
+            j = _INDEX[name]
+            col = np.empty(idx.size, dtype=float)
+            col[retired] = rows[idx[retired], j]
+            if live:
+                col[live] = [r[j] for r in live_rows]
+            out[name] = col
+        return out
+
+    def reasons(self) -> list[str]:
+        """Reject reasons by code."""
+        return list(self._reasons)
+
+
+def request_columns(requests, names: Iterable[str] = FIELDS) -> tuple[dict[str, np.ndarray], list[str]]:
+    """(columns, reject reasons by code) of ``requests``: a :class:`RequestLog` or any
+    sequence of Request objects (a real engine's, a test's)."""
+    if isinstance(requests, RequestLog):
+        return requests.columns(names), requests.reasons()
+    reasons: dict[str, int] = {}
+    rows = [_row(r, reasons) for r in requests]
+    table = np.array(rows, dtype=float).reshape(-1, _NF)
+    return {name: table[:, _INDEX[name]] for name in names}, list(reasons)
+
+
+class Tally:
+    """Stands in for a scheduler's ``finished`` or ``rejected`` list during a simulation:
+    it counts the requests appended and hands each to ``sink`` instead of keeping it (the
+    simulation retires them into its :class:`RequestLog`). It cannot be iterated."""
+
+    __slots__ = ("n", "sink")
+
+    def __init__(self, sink) -> None:
+        self.n = 0
+        self.sink = sink
+
+    def append(self, req: Request) -> None:
+        self.n += 1
+        self.sink(req)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        raise TypeError("a simulation's scheduler counts its finished and rejected requests; "
+                        "read them from the run's requests")
