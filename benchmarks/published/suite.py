@@ -63,6 +63,7 @@ METRICS: dict[str, tuple[str, Callable[..., float | None]]] = {
     "kv_cache_tokens": ("plan", lambda plan, sc: plan.num_gpu_blocks * plan.block_size),
     "max_concurrency": ("plan", lambda plan, sc: plan.num_gpu_blocks * plan.block_size
                         / sc.engine.max_model_len),
+    "kv_cache_gib": ("plan", lambda plan, sc: plan.kv_pool_bytes / (1 << 30)),
 }
 
 

@@ -36,8 +36,10 @@ def build_profiled_cost(model: ModelSpec, calibration: Calibration, profile: Eng
     the calibration's step overhead (the profile's host time replaces it), twice: with kernel
     launches (eager steps) and without (graph replays). A measured calibration's fitted
     models time the validation engine's own steps, launches and host work included: they
-    are used as measured (the profile still sets scheduling and the front end).
+    are used as measured (the profile still sets scheduling and the front end). The profile's
+    own weight-only kernels replace the calibration's ``dequant`` entries (``with_profile_kernels``).
     """
+    calibration = with_profile_kernels(calibration, profile)
     if profile.is_eager or "gemm" in calibration.kernels:
         return build_cost_model(model, calibration, **kwargs)
     no_host = dataclasses.replace(calibration, step_overhead_s=0.0)
@@ -47,3 +49,14 @@ def build_profiled_cost(model: ModelSpec, calibration: Calibration, profile: Eng
     graph = build_cost_model(model, dataclasses.replace(no_host, kernel_launch_s=0.0), **kwargs)
     return ProfiledCost(eager, graph, profile, profile.capture_sizes(max_num_seqs),
                         attention_launch_s=model.num_layers * calibration.kernel_launch_s)
+
+
+def with_profile_kernels(calibration: Calibration, profile: EngineProfile) -> Calibration:
+    """``calibration`` with the weight-only efficiencies of ``profile``'s own kernels in its
+    ``dequant`` section (EngineProfile.weight_only_kernels); unchanged where the profile has
+    none or the calibration has no precision sections (the legacy charge)."""
+    p = calibration.precision
+    if not profile.weight_only_kernels or p is None:
+        return calibration
+    dequant = {**(p.dequant or {}), **dict(profile.weight_only_kernels)}
+    return dataclasses.replace(calibration, precision=dataclasses.replace(p, dequant=dequant))

@@ -92,6 +92,10 @@ class EngineProfile:
     frontend_prompt_token_s: float = 0.0  # per prompt token: tokenising
     frontend_token_s: float = 0.0  # per output token: detokenising and streaming
     uses_calibration_overhead: bool = False  # eager: the calibration's step_overhead_s is the host time
+    #: The engine's own weight-only GEMM kernels: (weight dtype, fraction of a bf16 GEMM's bandwidth
+    #: they reach) pairs replacing the calibration's ``dequant`` entries (kernels differ more
+    #: between engines than between GPUs; empty: the calibration's numbers)
+    weight_only_kernels: tuple[tuple[str, float], ...] = ()
 
     @property
     def is_eager(self) -> bool:
@@ -146,6 +150,15 @@ _CPP_STEP_HOST_S = 1.2e-3
 #: set them with engine.profile_overrides where you have measured your server.
 _FRONTEND_REQUEST_S = 0.0
 _FRONTEND_TOKEN_S = 40e-6
+#: int4 weight-only GEMMs of a torch.compile decoder (gpt-fast, torchao: PyTorch's tinygemm,
+#: ``aten._weight_int4pack_mm``) read their 0.5 byte per weight at this fraction of a bf16
+#: GEMM's bandwidth, on A100 and H100 alike and whatever the group size (32 or 64): fitted
+#: (benchmarks/published/fit_weight_only.py) on torchao's README table (pytorch/ao,
+#: torchao/quantization/README.md, batch-1 generate.py): A100-80GB Llama-2-7B int4wo-64 201.14
+#: tok/s, Llama-3-8B 180.80, H100 Llama-3.1-8B 241.39, against its bf16 rows' 107.38 / 95.64 /
+#: 126.90: int4 runs at ~1.9x bf16 on both GPUs, not the ~3.5x of its bytes, so the kernel is
+#: not bandwidth-bound at batch 1 (vLLM's Marlin, the calibrations' dequant.int4, is).
+_TINYGEMM_INT4 = 0.50
 
 PROFILES: dict[str, EngineProfile] = {
     ProfileName.EAGER: EngineProfile(ProfileName.EAGER, uses_calibration_overhead=True),
@@ -179,7 +192,8 @@ PROFILES: dict[str, EngineProfile] = {
     # "reduce-overhead" mode; llama.cpp's CUDA backend, with graph_mode none before its
     # CUDA graphs of May 2024).
     ProfileName.COMPILED: EngineProfile(
-        ProfileName.COMPILED, graph_mode=GraphMode.DECODE, step_host_s=_CPP_STEP_HOST_S),
+        ProfileName.COMPILED, graph_mode=GraphMode.DECODE, step_host_s=_CPP_STEP_HOST_S,
+        weight_only_kernels=(("int4", _TINYGEMM_INT4),)),
 }
 
 #: The profile a scenario without ``engine.profile`` models: the current vLLM release.
@@ -188,7 +202,7 @@ DEFAULT_PROFILE = ProfileName.VLLM_V1
 #: Keys a scenario's ``engine.profile_overrides`` may set.
 OVERRIDABLE = tuple(f.name for f in dataclasses.fields(EngineProfile)
                     if f.name not in ("name", "uses_calibration_overhead", "chunked_prefill",
-                                      "prefix_caching"))
+                                      "prefix_caching", "weight_only_kernels"))
 
 
 class ProfiledCost:

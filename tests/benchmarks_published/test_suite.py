@@ -114,3 +114,18 @@ def test_a_bad_case_is_one_error_line_and_exit_2(tmp_path, capsys, mutate, key):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ")
     assert "cases/" in err[0] and key in err[0]
+
+
+def test_memory_metrics_agree_with_the_plan():
+    """kv_cache_gib is the plan's pool in bytes; kv_cache_tokens its blocks x block size: the
+    tokens' bytes never exceed the pool (whole blocks only), and miss it by under one block."""
+    from sim.engine.parts import build_plan
+
+    case = next(c for c in CASES if c.metric == "kv_cache_gib")
+    sc = suite.build_scenario(case)
+    _, _, plan = build_plan(sc)
+    gib = suite.METRICS["kv_cache_gib"][1](plan, sc)
+    tokens = suite.METRICS["kv_cache_tokens"][1](plan, sc)
+    assert gib == plan.kv_pool_bytes / (1 << 30)
+    used = tokens / plan.block_size * plan.bytes_per_block
+    assert 0 <= plan.kv_pool_bytes - used < plan.bytes_per_block
