@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Everything a session with a lent GPU runs, in one call of well under 10 minutes:
 #   1. kernels against their references on realistic shapes, then timed (kernels_gpu.py)
-#   2. microbench calibrate --gpu 0 --quick (Llama-3-8B shapes) -> $OUT/calibration.yaml
+#   2. microbench calibrate --gpu 0 --quick (Llama-3-8B shapes) -> $OUT/calibration.yaml; its
+#      interconnect step times NCCL all-reduce/all-gather/send-recv when 2+ GPUs are visible
+#      (-> $OUT/calibration.interconnect.jsonl), and on one GPU says so and keeps the datasheet's
 #   3. sim validate on the GPU with that calibration -> $OUT/validate/
 # Prepare on the dev machine: bash benchmarks/gpu_wheels.sh; then run this on the device
 # with carry [".gpu-wheels"]. Each stage has its own time limit and the next one runs
@@ -20,9 +22,12 @@ echo "kernels_gpu: exit $?" >> "$OUT/status.txt"
 timeout 200 python3 -m microbench.cli calibrate --gpu 0 --quick --no-progress \
     --out "$OUT/calibration.yaml" > "$OUT/calibrate.txt" 2>&1
 echo "calibrate: exit $?" >> "$OUT/status.txt"
+{ grep -m1 "^interconnect:" "$OUT/calibrate.txt" || echo "no interconnect line in calibrate.txt"
+  python3 -c "import sys, yaml; print('interconnect section:', (yaml.safe_load(open(sys.argv[1])) or {}).get('interconnect'))" \
+      "$OUT/calibration.yaml"; } > "$OUT/interconnect.txt" 2>&1
 CAL="$OUT/calibration.yaml"; [ -f "$CAL" ] || CAL=h200
 timeout 170 python3 -m sim.cli validate scenarios/validate-gpu.yaml --device cuda:0 \
     --calibration "$CAL" --out "$OUT/validate" > "$OUT/validate.txt" 2>&1
 echo "validate: exit $?" >> "$OUT/status.txt"
 cat "$OUT/device.txt" | head -20; tail -25 "$OUT/kernels.txt"; tail -15 "$OUT/calibrate.txt"
-tail -20 "$OUT/validate.txt"; cat "$OUT/status.txt"
+cat "$OUT/interconnect.txt"; tail -20 "$OUT/validate.txt"; cat "$OUT/status.txt"

@@ -26,6 +26,7 @@ from microbench.cases import input_bytes, make_fns, release_models
 from sim.errors import ConfigError
 from microbench.checks import (MEASURED_DIR, check_device, check_fitted, check_output, import_torch,
                               warn_absurd_fits)
+from microbench.interconnect_step import SUFFIX as IC_SUFFIX
 from microbench.peaks import PEAK_KERNELS, describe_precision, peak_cases, peak_support
 from microbench.suites import DEFAULT_MODELS, cases
 from microbench.timing import (cpu_cache_bytes, rotation_copies, time_after_idle, time_cpu, time_cuda,
@@ -195,6 +196,7 @@ def calibrate(argv: list[str], *, device_arg: str, models: list[str] | None, qui
 
     from microbench.compose import describe_composition  # noqa: PLC0415
     from microbench.fit import describe, fit  # noqa: PLC0415
+    from microbench.interconnect_step import interconnect_step, with_interconnect  # noqa: PLC0415
     from sim.calib.calibration import calibration_to_dict  # noqa: PLC0415
     from sim.model.hf_config import load_model  # noqa: PLC0415
 
@@ -210,7 +212,7 @@ def calibrate(argv: list[str], *, device_arg: str, models: list[str] | None, qui
     modes, dequant, notes = peak_support(torch, device)
     todo = cases(specs, device.type, quick) + peak_cases(device.type, modes, dequant)
     yaml_path = Path(out) if out else Path(MEASURED_DIR) / f"{dev['name']}{'-quick' if quick else ''}.yaml"
-    check_output(yaml_path, "--out", also=(".jsonl",))
+    check_output(yaml_path, "--out", also=(".jsonl", IC_SUFFIX))
     log(f"{dev['gpu_name']}: {len(todo)} measurements on {', '.join(names)} shapes"
         f"{' (quick)' if quick else ''}; compute peaks: {', '.join(modes) or 'none'}")
     for note in notes:
@@ -245,6 +247,9 @@ def calibrate(argv: list[str], *, device_arg: str, models: list[str] | None, qui
         log("  " + describe_composition(cal.composition))
     if (line := describe_precision(cal.precision)) is not None:
         log("  " + line)
+    ic, ic_text = interconnect_step(torch, device, dev, quick=quick, jsonl_path=yaml_path.with_suffix(IC_SUFFIX),
+                                    log=log)  # 2+ GPUs: NCCL timed; 1 GPU: the datasheet's (microbench.interconnect_step)
+    cal = with_interconnect(cal, ic, ic_text)
     header = (f"# kvsim calibration, schema 2, measured by microbench on {dev['gpu_name']}.\n"
               f"# Raw timings: {jsonl_path.name} (refit: microbench fit {jsonl_path.name} -o {yaml_path.name}).\n")
     try:

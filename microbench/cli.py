@@ -121,6 +121,9 @@ def _fit(args) -> int:
     check_fitted(cal, measurements=args.measurements)
     for f in cal.kernels.values():
         print("  " + describe(f))
+    from microbench.interconnect_step import refit_beside, with_interconnect  # noqa: PLC0415
+
+    cal = with_interconnect(cal, *refit_beside(Path(args.measurements)))  # calibrate's <name>.interconnect.jsonl
     if cal.composition is not None:
         print("  " + describe_composition(cal.composition))
     if (line := describe_precision(cal.precision)) is not None:
