@@ -1,17 +1,24 @@
-"""The scenario's ``cluster`` section: replicas of the engine behind a router.
+"""The scenario's ``cluster`` section: replicas of the engine behind a router, and
+disaggregated prefill/decode pools.
 
 Every replica is the scenario's engine (same model, GPU, tensor parallelism, profile and KV
 settings) with its own scheduler, allocator, swap space, PCIe link, front end and step log;
 sim/engine/cluster.py runs them on one clock and sim/engine/router.py picks a replica for
 each request. ``num_replicas: 1`` (the default) is one engine and no router: today's path.
+
+``disaggregation`` splits the replicas into a prefill pool and a decode pool
+(sim/engine/disagg.py): ``prefill_replicas + decode_replicas`` engines (``num_replicas``
+follows from them; giving it too, it must equal their sum), each pool with its own
+``engine``/``scheduler`` overrides of the scenario's (checked when the run is assembled:
+sim/engine/disagg_parts.py), and a KV transfer link between them.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.config.limits import pos_float, pos_int
 
@@ -23,11 +30,77 @@ class RouterKind(StrEnum):
     PREFIX_AWARE = "prefix-aware"  # longest cached prefix, unless that replica is overloaded
 
 
+class DecodeRouterKind(StrEnum):
+    """How a finished prefill's request picks its decode replica."""
+
+    LEAST_KV = "least-kv"
+    LEAST_OUTSTANDING = "least-outstanding"
+
+
+class TransferGranularity(StrEnum):
+    BLOCK = "block"  # every block once the prefill is done (vLLM's NIXL connector pulls them then)
+    LAYER = "layer"  # each layer's KV as its layer finishes: overlaps the prefill's last step
+
+
+_Strict = ConfigDict(extra="forbid", frozen=True, strict=True)
+#: Bounds of the disaggregation keys (kept here: they apply to this section only).
+_MAX_POOL = 256  # as cluster.num_replicas
+_Replicas = Annotated[int, Field(gt=0, le=_MAX_POOL)]
+_Gbps = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)]  # up to 1 Pb/s
+_Seconds = Annotated[float, Field(ge=0, le=60.0, allow_inf_nan=False)]
+
+
+class KVTransferConfig(BaseModel):
+    """The link between the pools: ``bandwidth_gbps`` per GPU's NIC in gigabits per second
+    (a ConnectX-7: 400), ``latency_s`` per transfer, ``granularity`` block or layer."""
+
+    model_config = _Strict
+
+    bandwidth_gbps: _Gbps
+    latency_s: _Seconds = 0.0
+    granularity: Annotated[TransferGranularity, Field(strict=False)] = TransferGranularity.BLOCK
+
+
+class PoolConfig(BaseModel):
+    """One pool's overrides of the scenario's ``engine`` and ``scheduler`` keys (e.g.
+    ``engine: {tensor_parallel_size: 2}``); checked against the scenario schema when the run
+    is assembled, their errors naming ``cluster.disaggregation.<pool>.<key>``."""
+
+    model_config = _Strict
+
+    engine: dict[str, Any] = Field(default_factory=dict)
+    scheduler: dict[str, Any] = Field(default_factory=dict)
+
+
+class DisaggregationConfig(BaseModel):
+    """``prefill_replicas`` engines run prompts (the cluster's ``router`` picks one), then
+    hand each request's KV over ``kv_transfer`` to one of ``decode_replicas`` engines
+    (picked by ``decode_router``), which generate the rest of the answer."""
+
+    model_config = _Strict
+
+    prefill_replicas: _Replicas
+    decode_replicas: _Replicas
+    prefill: PoolConfig = PoolConfig()
+    decode: PoolConfig = PoolConfig()
+    kv_transfer: KVTransferConfig | None = None
+    decode_router: Annotated[DecodeRouterKind, Field(strict=False)] = DecodeRouterKind.LEAST_KV
+
+    @model_validator(mode="after")
+    def _needs_a_link(self):
+        if self.kv_transfer is None:
+            raise ValueError(
+                f"a {self.prefill_replicas}:{self.decode_replicas} prefill:decode split needs kv_transfer: "
+                "{bandwidth_gbps, latency_s, granularity: block|layer} (the link the KV crosses)")
+        return self
+
+
 class ClusterConfig(BaseModel):
     """``num_replicas`` engines behind a ``router``; ``sticky_sessions``: later turns of a
     conversation go to the replica of its first turn; ``prefix_load_factor``: the
     prefix-aware router falls back to least-outstanding when the best-matching replica has
-    more than this times the mean outstanding requests."""
+    more than this times the mean outstanding requests. With ``disaggregation`` the router
+    and stickiness apply to the prefill pool."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -35,3 +108,22 @@ class ClusterConfig(BaseModel):
     router: Annotated[RouterKind, Field(strict=False)] = RouterKind.ROUND_ROBIN
     sticky_sessions: bool = True
     prefix_load_factor: pos_float("cluster.prefix_load_factor") = 1.5
+    disaggregation: DisaggregationConfig | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _replicas_of_the_pools(cls, data):
+        """With ``disaggregation``, ``num_replicas`` is the pools' sum (filled in when unset)."""
+        if not isinstance(data, dict) or not isinstance(data.get("disaggregation"), dict):
+            return data
+        pools = data["disaggregation"]
+        p, d = pools.get("prefill_replicas"), pools.get("decode_replicas")
+        if not all(isinstance(n, int) and not isinstance(n, bool) and 0 < n <= _MAX_POOL for n in (p, d)):
+            return data  # the pools' own validation names the bad key
+        if "num_replicas" not in data:
+            return {**data, "num_replicas": p + d}
+        if data["num_replicas"] != p + d:
+            raise ValueError(
+                f"num_replicas {data['num_replicas']!r} is not prefill_replicas + decode_replicas ({p} + {d}); "
+                "leave it out with disaggregation (it follows from the pools)")
+        return data

@@ -10,6 +10,12 @@ are global, in arrival order); the router (sim/engine/router.py) picks a replica
 front end or scheduler then gets it. With ``sticky_sessions`` the later turns of a
 conversation go to the replica of its first turn.
 
+With ``cluster.disaggregation`` the replicas form a prefill pool and a decode pool, each
+assembled from its own overrides (sim/engine/disagg_parts.py): the router places each
+request on a prefill replica and the hand-off (sim/engine/disagg.py) moves its KV to a
+decode replica; summary.json gains ``cluster.disaggregation`` (sim/engine/disagg_summary.py)
+and each replica's ``role``.
+
 A replica's macro-step stretch ends before the next event of the whole cluster (another
 replica's step, an arrival), so nothing can read or change its state mid-stretch: the
 results are exactly those of stepping one by one.
@@ -29,7 +35,10 @@ import simpy
 
 from sim.config.scenario import Scenario
 from sim.engine.metrics import summarize
-from sim.engine.parts import EngineParts, SessionDriver, build_parts, replica_parts
+from sim.engine.disagg import Disaggregation
+from sim.engine.disagg_parts import build_pools, with_sessions
+from sim.engine.disagg_summary import disaggregation_summary, prefill_pool_hit_rate
+from sim.engine.parts import EngineParts, SessionDriver, build_parts, replica_parts, without_vetoed_defaults
 from sim.engine.router import Router
 from sim.engine.simulation import SimResult, Simulation
 from sim.request import Request
@@ -37,13 +46,19 @@ from sim.workload.generate import SessionSpec
 
 
 class Replica(Simulation):
-    """One engine of a cluster: a Simulation on the cluster's clock, fed by its router."""
+    """One engine of a cluster: a Simulation on the cluster's clock, fed by its router.
+    ``role``: ``prefill`` or ``decode`` in a disaggregated cluster (sim/engine/disagg.py)."""
 
-    def __init__(self, cluster: ClusterSimulation, index: int, parts: EngineParts) -> None:  # noqa: PLW0231
-        self.cluster, self.index = cluster, index
-        self._assemble(parts, cluster.env, cluster.driver, None, cluster.macro_steps)
+    def __init__(self, cluster: ClusterSimulation, index: int, parts: EngineParts,  # noqa: PLW0231
+                 role: str | None = None) -> None:
+        self.cluster, self.index, self.role = cluster, index, role
+        # A prefill replica runs prefill copies sharing their request's id: they must not be
+        # retired into the cluster's request log (sim/engine/request_log.py) in its place.
+        self._assemble(parts, cluster.env, cluster.driver, None, cluster.macro_steps,
+                       keep_requests=role == "prefill")
         self.requests: list[Request] = []  # the requests routed here, in arrival order
         self.progress = None  # set by ClusterSimulation.run when the cluster reports progress
+        self.on_rejected = None  # called with a request its scheduler rejected on arrival
 
     def outstanding(self) -> int:
         """Requests in flight here: queued, running, swapped out, or still in the front end."""
@@ -55,7 +70,24 @@ class Replica(Simulation):
         self.requests.append(req)
         if self.frontend is not None:
             self.env.process(self._through_frontend(req))
-        elif self.scheduler.add_request(req) and not self._wakeup.triggered:
+        else:
+            self._enqueue(req)
+
+    def _through_frontend(self, req: Request):
+        ready = self.frontend.receive(self.env.now, req.num_prompt_tokens)
+        if ready > self.env.now:
+            yield self.env.timeout(ready - self.env.now)
+        self._enqueue(req)
+
+    def _enqueue(self, req: Request) -> None:
+        if self.scheduler.add_request(req):
+            self.wake()
+        elif self.on_rejected is not None:
+            self.on_rejected(req)
+
+    def wake(self) -> None:
+        """Work arrived: an engine waiting for some goes on."""
+        if not self._wakeup.triggered:
             self._wakeup.succeed()
 
     def _submit(self, session: SessionSpec, turn: int) -> None:
@@ -79,6 +111,8 @@ class ClusterResult:
     sim_wall_s: float = 0.0
     end_s: float = 0.0
     extra: dict = field(default_factory=dict)
+    roles: list = field(default_factory=list)  # per replica: None, or "prefill" / "decode"
+    handoff: object = None  # disaggregation: the hand-off (sim/engine/disagg.py), its transfer figures
 
     def combined(self) -> SimResult:
         """Every request, with replica 0's engine: summarize() over it gives the request
@@ -92,17 +126,33 @@ class ClusterSimulation:
     :class:`ClusterResult` (``summarize_cluster`` turns it into summary.json)."""
 
     def __init__(self, sc: Scenario, progress=None, macro_steps: bool = True) -> None:
-        first = build_parts(sc)
-        self.sc = sc = first.sc
+        dis = sc.cluster.disaggregation
+        if dis is None:
+            first = build_parts(sc)
+            pools = [[first] + [replica_parts(first) for _ in range(sc.cluster.num_replicas - 1)]]
+            self.sc = first.sc
+        else:  # a prefill pool and a decode pool, each with its own engine settings
+            prefill, decode, sizing = build_pools(sc)
+            first = prefill[0]
+            pools = [prefill, [with_sessions(p, first.sessions) for p in decode]]
+            self.sc = without_vetoed_defaults(sc, first.model)
+        sc = self.sc
         self.cal, self.plan, self.sessions = first.cal, first.plan, first.sessions
         self.env = simpy.Environment()
         self.driver = SessionDriver(sc, None)  # makes requests; the router places them
         self.requests = self.driver.requests
         self.macro_steps = macro_steps
         self.progress = progress
-        self.replicas = [Replica(self, i, first if i == 0 else replica_parts(first))
-                         for i in range(sc.cluster.num_replicas)]
-        self.router = Router(sc.cluster, self.replicas)
+        roles = [None] if dis is None else ["prefill", "decode"]
+        self.replicas = []
+        for role, pool in zip(roles, pools):
+            for parts in pool:
+                self.replicas.append(Replica(self, len(self.replicas), parts, role))
+        routed = self.replicas if dis is None else self.replicas[:dis.prefill_replicas]
+        self.router = Router(sc.cluster, routed)  # with disaggregation: over the prefill pool
+        self.handoff = None if dis is None else Disaggregation(
+            self.env, routed, self.replicas[dis.prefill_replicas:],
+            Router(sc.cluster, self.replicas[dis.prefill_replicas:], kind=str(dis.decode_router)), sizing)
         self.sticky = sc.cluster.sticky_sessions
         self.replica_of: list[int] = []
         self._home: dict[int, int] = {}  # session id -> replica of its first turn (sticky)
@@ -122,7 +172,10 @@ class ClusterSimulation:
         if self.sticky and turn == 0 and not last:
             self._home[sid] = index
         self.replica_of.append(index)
-        self.replicas[index].accept(req)
+        if self.handoff is not None:
+            self.handoff.arrive(req, self.replicas[index])  # its prefill copy goes there
+        else:
+            self.replicas[index].accept(req)
 
     def _arrivals(self):
         env = self.env
@@ -140,7 +193,8 @@ class ClusterSimulation:
         self.env.run()
         end = self.env.now
         return ClusterResult(self.sc, self.requests, self.replica_of, [r.result(end) for r in self.replicas],
-                             self.router, sim_wall_s=time.perf_counter() - t0, end_s=end)
+                             self.router, sim_wall_s=time.perf_counter() - t0, end_s=end,
+                             roles=[r.role for r in self.replicas], handoff=self.handoff)
 
 
 #: How summary.json's engine figures of a cluster combine the replicas' (its ``cluster.aggregation``).
@@ -190,10 +244,17 @@ def summarize_cluster(result: ClusterResult) -> dict:
                       "sticky_sessions": cfg.sticky_sessions, "prefix_load_factor": cfg.prefix_load_factor,
                       "prefix_routed": router.num_prefix_routed, "prefix_fallbacks": router.num_fallbacks,
                       "aggregation": AGGREGATION}
+    if result.handoff is not None:  # disaggregated prefill/decode (sim/engine/disagg_summary.py)
+        kv["prefix_cache_hit_rate"] = prefill_pool_hit_rate(result)
+        out["cluster"]["disaggregation"] = disaggregation_summary(result, per)
     if str(cfg.router) == "prefix-aware" and not result.scenario.kv.prefix_caching:
         out["notes"].append("cluster.router prefix-aware without kv.prefix_caching: no replica caches "
                             "prefixes, so every request is routed least-outstanding")
     out["replicas"] = [_replica_entry(i, s, result.end_s) for i, s in enumerate(per)]
+    if result.handoff is not None:
+        for entry, role, s in zip(out["replicas"], result.roles, per):
+            entry["role"] = role
+            entry["kv_pool_tokens"] = s["kv"]["pool_tokens"]
     wall = out.pop("sim_wall_s")
     out["sim_wall_s"] = wall  # last, as in a single engine's summary
     return out

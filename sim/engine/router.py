@@ -14,6 +14,10 @@
 
 Ties go to the first replica at or after a rotating start (the one after the last pick),
 so an idle cluster spreads requests instead of piling them on replica 0.
+
+With disaggregation (sim/engine/disagg.py) one router picks among the prefill pool (the
+cluster's ``router``) and another among the decode pool (``decode_router``: ``least-kv`` or
+``least-outstanding``); each sees only its pool's replicas.
 """
 
 from __future__ import annotations
@@ -26,8 +30,8 @@ class Router:
     """Picks a replica index for each request. A replica offers ``outstanding()`` and
     ``allocator`` (sim/engine/cluster.py's :class:`Replica`)."""
 
-    def __init__(self, cfg: ClusterConfig, replicas: list) -> None:
-        self.kind = RouterKind(cfg.router)
+    def __init__(self, cfg: ClusterConfig, replicas: list, kind: str | None = None) -> None:
+        self.kind = RouterKind(cfg.router if kind is None else kind)  # ``kind``: a decode pool's router
         self.load_factor = cfg.prefix_load_factor
         self.replicas = replicas
         self._next = 0  # round-robin position, and where ties start

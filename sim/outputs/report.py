@@ -99,15 +99,22 @@ def _replicas_html(s: dict) -> str:
     def ms(stats: dict) -> str:
         return " / ".join("-" if stats[q] is None else f"{stats[q] * 1e3:,.1f} ms" for q in ("p50", "p99"))
 
+    roles = "role" in s["replicas"][0]  # disaggregated prefill/decode pools
+    if roles:
+        head = head.replace("<th>replica</th>", "<th>replica</th><th>role</th>")
     rows = []
     for r in s["replicas"]:
         q, hit = r["requests"], r["prefix_cache_hit_rate"]
-        cells = [r["replica"], q["arrived"], q["completed"], q["rejected"], q["in_flight"], r["peak_running"],
+        cells = [r["replica"], *([r["role"]] if roles else []), q["arrived"], q["completed"], q["rejected"], q["in_flight"], r["peak_running"],
                  f"{r['kv_peak_used_fraction']:.1%}", r["preemptions"], f"{r['busy_share']:.0%}",
                  "-" if hit is None else f"{hit:.1%}", ms(r["ttft_s"]), ms(r["tpot_s"])]
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in cells) + "</tr>")
     title = (f"{c['num_replicas']} replicas, router {c['router']}"
              f"{', sticky sessions' if c['sticky_sessions'] else ''}")
+    if "disaggregation" in c:
+        d = c["disaggregation"]
+        title += (f"; disaggregated: {d['prefill_replicas']} prefill, {d['decode_replicas']} decode "
+                  f"(decode router {d['decode_router']}), KV moved {d['kv_transfer']['bytes_moved'] / 2**30:,.1f} GiB")
     return (f"<h2>Replicas</h2><p>{html.escape(title)}. The numbers above are over every request; "
             "KV pool sizes and counters are sums over replicas, peaks the largest replica's.</p>"
             f"<table class='summary replicas'>{head}{''.join(rows)}</table>")
@@ -167,7 +174,13 @@ def _render(result, summary: dict, calibration) -> str:
     if isinstance(result, ClusterResult):  # replicas behind a router (sim/engine/cluster.py)
         logs = [r.steps.condensed() for r in result.replicas]  # bounded rows per replica
         pool = summary["kv"]["pool_tokens"] // len(logs)
-        figs = {"replicas": lambda: _replicas_figure(logs, pool)}
+        reps = summary.get("replicas", [])
+        if reps and "role" in reps[0]:  # disaggregated pools: each replica's own pool and role
+            pool = [r["kv_pool_tokens"] for r in reps]
+            names = [f"replica {r['replica']} ({r['role']})" for r in reps]
+        else:
+            names = None
+        figs = {"replicas": lambda: _replicas_figure(logs, pool, names)}
         replicas = _guarded("replicas", lambda: _replicas_html(summary))
     else:
         steps = result.steps.condensed()  # the log itself, or at most 200,000 merged rows of a long one

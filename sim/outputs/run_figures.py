@@ -72,19 +72,21 @@ def _load_figure(steps: dict) -> go.Figure:
     return fig
 
 
-def _replicas_figure(logs: list[dict], pool: int) -> go.Figure:
+def _replicas_figure(logs: list[dict], pool: int | list[int], names: list[str] | None = None) -> go.Figure:
     """A cluster's replicas side by side: KV allocated (% of a replica's pool) and requests
-    in each engine (running, waiting, swapped), binned like the other timelines."""
+    in each engine (running, waiting, swapped), binned like the other timelines. ``pool``:
+    one size for all, or each replica's (disaggregated pools differ); ``names``: legend labels."""
+    pools = pool if isinstance(pool, list) else [pool] * len(logs)  # disaggregation: per replica
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1,
                         subplot_titles=("KV allocated (% of the replica's pool)",
                                         "requests in the engine (running + waiting + swapped)"))
     for i, steps in enumerate(logs):
         queued = steps["num_running"] + steps["num_waiting"] + steps["num_swapped"]
         tb, cols = _binned(steps["time_s"], steps["duration_s"],
-                           {"kv": steps["kv_allocated_slots"] / pool * 100, "load": queued})
+                           {"kv": steps["kv_allocated_slots"] / pools[i] * 100, "load": queued})
         color = _PALETTE[i % len(_PALETTE)]
-        fig.add_trace(go.Scatter(x=tb, y=cols["kv"], name=f"replica {i}", legendgroup=str(i),
-                                 line_color=color, hovertemplate="%{y:.1f}%"), 1, 1)
+        fig.add_trace(go.Scatter(x=tb, y=cols["kv"], name=names[i] if names else f"replica {i}",
+                                 legendgroup=str(i), line_color=color, hovertemplate="%{y:.1f}%"), 1, 1)
         fig.add_trace(go.Scatter(x=tb, y=cols["load"], name=f"replica {i}", legendgroup=str(i),
                                  showlegend=False, line_color=color), 2, 1)
     fig.update_yaxes(title_text="% of pool", row=1, col=1, rangemode="tozero")

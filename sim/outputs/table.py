@@ -90,7 +90,7 @@ def _replica_lines(s: dict) -> list[str]:
     for r in s["replicas"]:
         q, hit = r["requests"], r["prefix_cache_hit_rate"]
         lines.append(
-            f"replica {r['replica']:<4} arrived {q['arrived']}, completed {q['completed']}, rejected {q['rejected']}, "
+            f"replica {r['replica']:<4} {r['role'] + ', ' if 'role' in r else ''}arrived {q['arrived']}, completed {q['completed']}, rejected {q['rejected']}, "
             f"in flight {q['in_flight']}; peak running {r['peak_running']}, kv peak {r['kv_peak_used_fraction']:.1%}, "
             f"preempted {r['preemptions']}, busy {r['busy_share']:.0%}"
             + (f", prefix hits {hit:.1%}" if hit is not None else "")

@@ -1,0 +1,184 @@
+"""Disaggregated prefill/decode (sim/engine/disagg.py): every request and every block
+accounted for on both pools, TTFT stamped on the prefill side, the transfer's arithmetic,
+the link's contention, and decode admission waiting for free blocks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from cluster_world import scenario
+from sim.engine.cluster import ClusterSimulation, summarize_cluster
+from sim.request import RequestStatus
+
+LINK = {"bandwidth_gbps": 100.0, "latency_s": 0.001}
+
+
+def _disagg(p=2, d=2, link=None, prefill=None, decode=None, **dis):
+    return {"router": "least-outstanding", "disaggregation": {
+        "prefill_replicas": p, "decode_replicas": d, "kv_transfer": {**LINK, **(link or {})},
+        "prefill": prefill or {}, "decode": decode or {}, **dis}}
+
+
+def _run(sc, macro=True):
+    sim = ClusterSimulation(sc, macro_steps=macro)
+    result = sim.run()
+    return sim, result, summarize_cluster(result)
+
+
+#: Multi-turn chat with shared prefixes and prefix caching, prompts past max_model_len
+#: (rejected), a decode pool with TP 2 and too few blocks for its load (admissions wait).
+BUSY = dict(
+    engine={"max_model_len": 1024, "profile": "vllm-v1"},
+    workload={"num_requests": 150, "arrival": {"type": "poisson", "rate": 20.0},
+              "prompt_tokens": {"type": "lognormal", "median": 300, "sigma": 0.8, "max": 2000},
+              "output_tokens": {"type": "lognormal", "median": 40, "sigma": 1.2, "max": 500},
+              "shared_prefix": {"num_prefixes": 4, "prefix_tokens": 128},
+              "conversation": {"turns": {"type": "uniform", "low": 1, "high": 3}, "think_time_s": 0.5}})
+
+
+@pytest.fixture(scope="module")
+def busy():
+    sc = scenario(cluster=_disagg(decode={"engine": {"tensor_parallel_size": 2, "num_gpu_blocks_override": 120}}),
+                  **BUSY)
+    return sc, *_run(sc)
+
+
+def _counts(s: dict) -> tuple:
+    return s["arrived"], s["completed"], s["rejected"], s["in_flight"]
+
+
+def test_every_request_is_accounted_for_over_the_cluster_and_per_pool(busy) -> None:
+    _, sim, result, s = busy
+    arrived, completed, rejected, in_flight = _counts(s["requests"])
+    assert arrived == len(result.requests) > 150 and rejected > 0  # follow-up turns; prompts too long
+    assert arrived == completed + rejected + in_flight and in_flight == 0
+    pools = s["cluster"]["disaggregation"]["pools"]
+    pre, dec = (_counts(pools[k]["requests"]) for k in ("prefill", "decode"))
+    for a, c, r, f in (pre, dec):
+        assert a == c + r + f
+    assert pre[0] == arrived and pre[2] == rejected  # every request is prefilled first
+    assert dec[0] == pre[1] and dec[1] == completed and dec[2] == 0  # handed over, then finished
+    for rep in s["replicas"]:
+        assert _counts(rep["requests"])[0] == sum(_counts(rep["requests"])[1:])
+    assert [r["role"] for r in s["replicas"]] == ["prefill", "prefill", "decode", "decode"]
+    assert all(r.status in (RequestStatus.FINISHED, RequestStatus.REJECTED) for r in result.requests)
+
+
+def test_the_blocks_of_both_pools_return_to_free(busy) -> None:
+    _, sim, _, s = busy
+    for replica in sim.replicas:
+        replica.allocator.check_invariants()
+        assert replica.allocator.num_allocated_slots() == 0, replica.role
+        assert not replica.scheduler.running and not replica.scheduler.waiting
+    assert not sim.handoff._copies and not any(sim.handoff._pending.values())
+    xfer = s["cluster"]["disaggregation"]["kv_transfer"]
+    assert xfer["waited_for_decode_blocks"] > 0  # the small decode pool made admissions wait
+    assert xfer["transfers"] == s["cluster"]["disaggregation"]["pools"]["decode"]["requests"]["arrived"]
+
+
+def test_ttft_is_stamped_on_the_prefill_side_and_decoding_follows_the_transfer(busy) -> None:
+    _, sim, result, _ = busy
+    copies = {r.request_id: r for rep in sim.replicas if rep.role == "prefill" for r in rep.requests}
+    decoded = {r.request_id: rep.index for rep in sim.replicas if rep.role == "decode" for r in rep.requests}
+    assert decoded == sim.handoff.decode_of
+    done = [r for r in result.requests if r.status is RequestStatus.FINISHED]
+    for req in done:
+        copy = copies[req.request_id]
+        assert copy.status is RequestStatus.FINISHED and copy.num_generated == 1
+        assert req.first_token_s == copy.first_token_s  # TTFT from the prefill replica
+        assert copy.finish_s >= copy.first_token_s  # the copy held its blocks until the KV landed
+        assert req.last_token_s >= copy.finish_s or req.num_output_tokens == 1
+        assert req.num_generated == req.num_output_tokens
+
+
+def test_a_decode_pool_with_its_own_tensor_parallelism_moves_and_holds_its_shards(busy) -> None:
+    _, sim, _, s = busy
+    pre, dec = sim.replicas[0], sim.replicas[2]
+    assert dec.parts.sc.engine.tensor_parallel_size == 2 and pre.parts.sc.engine.tensor_parallel_size == 1
+    sizing = sim.handoff.sizing
+    assert sizing.bytes_per_block_decode == 2 * dec.plan.bytes_per_block
+    assert sizing.bytes_per_block_gpu == max(pre.plan.bytes_per_block, dec.plan.bytes_per_block)
+    xfer = s["cluster"]["disaggregation"]["kv_transfer"]
+    assert xfer["bytes_moved"] == xfer["blocks_moved"] * sizing.bytes_per_block_decode
+    rep = s["replicas"]
+    assert rep[2]["kv_pool_tokens"] == 120 * 16 != rep[0]["kv_pool_tokens"]
+
+
+def test_macro_steps_change_nothing_with_disaggregation(busy) -> None:
+    sc, _, _, s = busy
+    _, _, s0 = _run(sc, macro=False)
+    for summary in (s, s0):
+        summary.pop("sim_wall_s")
+    assert s == s0
+
+
+#: One request alone: the transfer's arithmetic can be checked exactly.
+def _one(link: dict, n: int = 1, rate: float = 1.0, **cluster):
+    return scenario(cluster=_disagg(link=link, **cluster), engine={"max_model_len": 4096},
+                    workload={"num_requests": n, "arrival": {"type": "constant", "rate": rate},
+                              "prompt_tokens": {"type": "fixed", "value": 1000},
+                              "output_tokens": {"type": "fixed", "value": 20}})
+
+
+def test_block_wise_transfer_takes_latency_plus_bytes_over_bandwidth() -> None:
+    sim, result, s = _run(_one({"granularity": "block"}))
+    blocks = math.ceil(1000 / 16)
+    per_gpu = sim.replicas[0].plan.bytes_per_block
+    st = sim.handoff.stats
+    assert st.blocks == blocks and st.bytes == blocks * per_gpu
+    assert st.link_s[0] == pytest.approx(0.001 + blocks * per_gpu * 8 / 100e9, rel=1e-9)
+    assert st.handoff_s[0] == pytest.approx(st.link_s[0], rel=1e-9)  # starts at the first token
+    (req,) = result.requests
+    assert req.finish_s > req.first_token_s + st.link_s[0]
+
+
+def test_layer_wise_transfer_exposes_only_the_last_layer_when_the_link_keeps_up() -> None:
+    sim, _, _ = _run(_one({"granularity": "layer"}))
+    st, sizing = sim.handoff.stats, sim.handoff.sizing
+    per_layer = 63 * sizing.bytes_per_block_gpu * 8 / 100e9 / sizing.num_layers
+    (step_s,) = sim.replicas[0].steps.array()["duration_s"]  # the prompt's one step
+    assert per_layer < step_s / sizing.num_layers  # the link keeps up with the layers
+    assert st.handoff_s[0] == pytest.approx(0.001 + per_layer, rel=1e-9)
+    slow, _, _ = _run(_one({"granularity": "layer", "bandwidth_gbps": 1.0}))  # it does not: link-bound
+    whole = 63 * sizing.bytes_per_block_gpu * 8 / 1e9
+    assert slow.handoff.stats.handoff_s[0] == pytest.approx(0.001 + whole - step_s * (1 - 1 / 32), rel=1e-6)
+
+
+def test_transfers_serialize_on_each_replica_nic() -> None:
+    """A slow link and a burst: without the NIC resources the transfers would overlap."""
+    sim, result, s = _run(_one({"bandwidth_gbps": 2.0}, n=12, rate=50.0, p=2, d=3))
+    spans = sim.handoff.stats.spans
+    assert len(spans) == 12
+    for nic in range(5):
+        mine = sorted((a, b) for p, d, a, b in spans if nic in (p, d))
+        assert all(b0 <= a1 for (_, b0), (a1, _) in zip(mine, mine[1:])), nic
+    st = sim.handoff.stats
+    assert st.alloc_waits == 0  # blocks were plentiful: any wait was for a NIC
+    assert max(st.handoff_s) > 2 * max(st.link_s)  # later transfers queued behind earlier ones
+    share = s["cluster"]["disaggregation"]["kv_transfer"]["link_busy_share"]
+    assert 0 < share["prefill_nics"]["max"] <= 1 and 0 < share["decode_nics"]["max"] <= 1
+
+
+def test_one_token_answers_and_prompts_no_decode_replica_could_hold() -> None:
+    """The decode pool is smaller (600-token max_model_len, 40 blocks of 16): prompts from
+    600 tokens are too long there, those whose prompt + max_tokens (100) outgrow 40 blocks
+    exceed its pool; both are refused on arrival, on the prefill side."""
+    sc = scenario(cluster=_disagg(decode={"engine": {"num_gpu_blocks_override": 40, "max_model_len": 600}}),
+                  engine={"max_model_len": 2048},
+                  workload={"num_requests": 60, "arrival": {"type": "poisson", "rate": 20.0}, "max_tokens": 100,
+                            "prompt_tokens": {"type": "uniform", "low": 100, "high": 1200},
+                            "output_tokens": {"type": "fixed", "value": 1}})
+    sim, result, s = _run(sc)
+    reasons = s["requests"]["rejected_by_reason"]
+    assert set(reasons) == {"exceeds_decode_kv_pool", "prompt_too_long"}
+    for r in result.requests:
+        if r.status is RequestStatus.FINISHED:
+            assert r.num_prompt_tokens + 100 <= 640
+            assert r.num_generated == 1 and r.last_token_s == r.first_token_s
+        else:
+            assert r.reject_reason == ("prompt_too_long" if r.num_prompt_tokens >= 600 else "exceeds_decode_kv_pool")
+    assert s["requests"]["completed"] + s["requests"]["rejected"] == 60 and s["requests"]["completed"] > 0
+    assert s["cluster"]["disaggregation"]["pools"]["prefill"]["requests"]["rejected"] == s["requests"]["rejected"]
+    assert all(rep.allocator.num_allocated_slots() == 0 for rep in sim.replicas)
