@@ -19,8 +19,10 @@ all-reduce takes
 
 and an all-gather whose result is S bytes, (n - 1) / n x S / bus bandwidth plus the same
 latency (NCCL's all-gather busbw is S / time x (n - 1) / n; taken equal to the all-reduce's).
-The p2p numbers are not used yet (pipeline parallelism and disaggregated prefill will need
-them). A run with ``engine.tensor_parallel_size`` > 1 on a calibration without the section
+The p2p numbers time pipeline parallelism's activation transfers between stages: a send of
+S bytes from one GPU to the next takes ``p2p_latency_s + S / p2p_bandwidth_bytes_per_s``
+(``p2p_s``); a run with ``engine.pipeline_parallel_size`` > 1 on a calibration without them is
+an error naming the calibration file and the missing key (``require_p2p``). A run with ``engine.tensor_parallel_size`` > 1 on a calibration without the section
 is an error naming the calibration file and ``interconnect``: there is no silent default.
 """
 
@@ -71,6 +73,11 @@ class Interconnect:
         if num_gpus <= 1:
             return 0.0
         return self.allreduce_latency_s + num_bytes * self.allreduce_s_per_byte(num_gpus)
+
+    def p2p_s(self, num_bytes: float) -> float:
+        """One point-to-point send of ``num_bytes`` to the next GPU: latency + bytes / bandwidth.
+        Only on an interconnect with p2p numbers (``require_p2p``)."""
+        return self.p2p_latency_s + num_bytes / self.p2p_bandwidth_bytes_per_s
 
     def allgather_s(self, num_bytes: float, num_gpus: int) -> float:
         """One all-gather whose gathered result is ``num_bytes`` (0 for one GPU)."""
@@ -139,4 +146,23 @@ def require_interconnect(cal: Any, num_gpus: int) -> Interconnect | None:
     return ic
 
 
-__all__ = ["LINKS", "Interconnect", "interconnect_from_dict", "interconnect_to_dict", "require_interconnect"]
+def require_p2p(cal: Any, num_stages: int) -> Interconnect | None:
+    """``cal``'s interconnect when ``num_stages`` > 1 pipeline stages send activations to each other
+    (None for one stage); a ConfigError naming the calibration file and the missing section or key."""
+    if num_stages <= 1:
+        return None
+    file = getattr(cal, "file", "<calibration>")
+    ic = getattr(cal, "interconnect", None)
+    key = ("interconnect" if ic is None else "interconnect.p2p_bandwidth_bytes_per_s"
+           if ic.p2p_bandwidth_bytes_per_s is None else "interconnect.p2p_latency_s" if ic.p2p_latency_s is None
+           else None)
+    if key is not None:
+        raise ConfigError(file, key, (
+            f"engine.pipeline_parallel_size {num_stages} sends activations between GPUs and this calibration has no"
+            " point-to-point link numbers: add p2p_bandwidth_bytes_per_s and p2p_latency_s to its interconnect:"
+            " section (see calibrations/h100-sxm.yaml) or use pipeline_parallel_size 1"))
+    return ic
+
+
+__all__ = ["LINKS", "Interconnect", "interconnect_from_dict", "interconnect_to_dict", "require_interconnect",
+           "require_p2p"]

@@ -14,7 +14,9 @@ from typing import Any
 from sim.errors import ConfigError
 from sim.model.attention import attention_layers, is_mixed, kv_bytes_per_seq, simulator_bytes_per_seq
 from sim.model.dtypes import DTYPE_BYTES
-from sim.model.parallel import check_tensor_parallel, kv_heads_per_gpu, shard_model
+from sim.model.parallel import (
+    check_pipeline_parallel, check_tensor_parallel, kv_heads_per_gpu, shard_model, stage_layers, stage_models,
+    stage_weight_bytes)
 from sim.model.spec import KVDtype, kv_bytes_per_token, max_kv_tokens_per_seq, weight_bytes
 from sim.model.hf_config import load_model
 
@@ -48,6 +50,9 @@ def add_kv_parser(subparsers: Any) -> None:
     p.add_argument("--tp", default="1", metavar="N",
                    help="tensor-parallel size, 1, 2, 4 or 8 (default 1): the plan of each of N GPUs one replica"
                         " is split over (vLLM's --tensor-parallel-size)")
+    p.add_argument("--pp", default="1", metavar="N",
+                   help="pipeline-parallel size, 1, 2, 4 or 8 (default 1): layers split into N stages (each on --tp"
+                        " GPUs); the plan of each stage's GPUs (vLLM's --pipeline-parallel-size)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=run_kv)
 
@@ -79,6 +84,8 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
     model = load_model(args.model, source=CLI, key="--model")
     tp = _number(getattr(args, "tp", "1"), "--tp", int)
     check_tensor_parallel(model, tp, CLI, "--tp")
+    pp = _number(getattr(args, "pp", "1"), "--pp", int)
+    check_pipeline_parallel(model, pp, CLI, "--pp")
     shard = shard_model(model, tp)  # one GPU's share (the model itself for --tp 1)
     max_model_len = (_number(args.max_model_len, "--max-model-len", int)
                      if args.max_model_len is not None else model.max_position_embeddings)
@@ -92,12 +99,18 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
         "attention_layers": attention_layers(model), "is_moe": model.is_moe,
         "num_params": model.num_params, "num_active_params": model.num_active_params,
         "weight_dtype": weight_dtype, "weight_bytes": weight_bytes(model, DTYPE_BYTES[weight_dtype]),
-        "max_model_len": max_model_len, "tensor_parallel_size": tp,
+        "max_model_len": max_model_len, "tensor_parallel_size": tp, "pipeline_parallel_size": pp,
     }
-    if tp > 1:  # per GPU: its share of the weights and of every token's KV
-        out |= {"weight_bytes_per_gpu": weight_bytes(shard, DTYPE_BYTES[weight_dtype]),
+    if pp > 1:
+        out["stage_layers"] = list(stage_layers(model.num_layers, pp))
+    if tp > 1 or pp > 1:  # per GPU: its share of the weights and of every token's KV (the largest stage's)
+        shards = [shard_model(st, tp) for st in stage_models(model, pp)]
+        out |= {"weight_bytes_per_gpu": max(weight_bytes(shard, DTYPE_BYTES[weight_dtype]) if pp == 1 else
+                                            stage_weight_bytes(sh, i, pp, DTYPE_BYTES[weight_dtype])
+                                            for i, sh in enumerate(shards)),
                 "kv_heads_per_gpu": None if model.is_mla else kv_heads_per_gpu(model, tp),
-                "bytes_per_token_per_gpu": kv_bytes_per_token(shard, kv_dtype, quant_group_size=group)}
+                "bytes_per_token_per_gpu": max(kv_bytes_per_token(sh, kv_dtype, quant_group_size=group)
+                                               for sh in shards)}
     if max_model_len is not None:
         seq_tokens = max_kv_tokens_per_seq(model, max_model_len)
         blocks = math.ceil(seq_tokens / block_size)
@@ -108,8 +121,8 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
                 "simulator_bytes_per_seq": simulator_bytes_per_seq(
                     model, kv_dtype, max_model_len, block_size=block_size, quant_group_size=group)}
     if args.gpu is not None:
-        out |= _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, weight_dtype, tp)
-        if is_mixed(model):  # the plan counts every layer at full length: give the exact figures
+        out |= _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, weight_dtype, tp, pp)
+        if is_mixed(model) and pp == 1:  # the plan counts every layer at full length: give the exact figures
             seq = kv_bytes_per_seq(shard, kv_dtype, max_model_len, block_size=block_size, quant_group_size=group)
             seqs = out["kv_pool_bytes"] // seq
             gpu_block = math.ceil(kv_bytes_per_token(shard, kv_dtype, quant_group_size=group) * block_size)
@@ -118,7 +131,8 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, weight_dtype, tp) -> dict[str, Any]:
+def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, weight_dtype, tp,
+                 pp=1) -> dict[str, Any]:
     from sim.calib.calibration import load_calibration  # noqa: PLC0415
     from sim.model.memory import plan_memory  # noqa: PLC0415
 
@@ -133,9 +147,10 @@ def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, 
                            max_num_seqs=_number(args.max_num_seqs, "--max-num-seqs", int),
                            max_num_batched_tokens=_number(args.max_num_batched_tokens,
                                                           "--max-num-batched-tokens", int),
-                           tensor_parallel_size=tp, source=CLI)
+                           tensor_parallel_size=tp, pipeline_parallel_size=pp, source=CLI)
     except ConfigError as exc:  # name the flag the user can change
-        flag = "--tp" if exc.key == "tensor_parallel_size" else "--" + exc.key.replace("_", "-")
+        flag = {"tensor_parallel_size": "--tp", "pipeline_parallel_size": "--pp"}.get(
+            exc.key, "--" + exc.key.replace("_", "-"))
         raise ConfigError(CLI, flag, exc.message) from None
     return {
         "gpu": cal.name, "gpu_name": cal.gpu_name, "gpu_memory_bytes": plan.gpu_memory_bytes,
@@ -146,8 +161,11 @@ def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, 
         "max_full_length_seqs": plan.max_full_length_seqs, "max_concurrency": plan.max_concurrency,
         "simulator_max_full_length_seqs": plan.max_full_length_seqs,
         "fits_one_sequence": plan.max_full_length_seqs >= 1,
-        "total_kv_pool_bytes": plan.kv_pool_bytes * tp,  # every GPU's pool: tp x the per-GPU one
-    }
+        "total_kv_pool_bytes": plan.kv_pool_bytes * tp * pp,  # every GPU's pool (the binding stage's size)
+    } | ({"stages": [{"layers": st.layers, "weight_bytes_per_gpu": st.weight_bytes,
+                      "activation_peak_bytes": st.activation_peak_bytes, "kv_pool_bytes_per_gpu": st.kv_pool_bytes,
+                      "bytes_per_token_per_gpu": st.bytes_per_token, "num_gpu_blocks": st.num_gpu_blocks}
+                     for st in plan.stages]} if pp > 1 else {})
 
 
 def _human_bytes(n: float) -> str:
@@ -187,20 +205,30 @@ def _print_table(r: dict[str, Any]) -> None:
                  _human_bytes(r["weight_bytes"])))
     tp = r["tensor_parallel_size"]
     gpu = " per GPU" if tp > 1 else ""
-    if tp > 1:
+    if tp > 1 or r["pipeline_parallel_size"] > 1:
         heads = "one latent (MLA, replicated)" if r["kv_heads_per_gpu"] is None else f"{r['kv_heads_per_gpu']}"
-        rows += [("tensor parallel", f"{tp} GPUs, each holding its share of every layer"),
-                 ("weights per GPU", _human_bytes(r["weight_bytes_per_gpu"])),
+        rows += [("tensor parallel", f"{tp} GPUs, each holding its share of every layer")] * (tp > 1)
+        rows += [("weights per GPU" + " (largest stage)" * (r["pipeline_parallel_size"] > 1),
+                  _human_bytes(r["weight_bytes_per_gpu"])),
                  ("KV heads per GPU", heads),
                  ("bytes per token per GPU", _human_bytes(r["bytes_per_token_per_gpu"]))]
+    pp = r["pipeline_parallel_size"]
+    if pp > 1:  # pipeline parallelism: each stage's GPUs hold its layers (first: embedding, last: lm_head)
+        rows.append(("pipeline parallel", f"{pp} stages of {', '.join(map(str, r['stage_layers']))} layers,"
+                                          f" {tp * pp} GPUs"))
+        for i, st in enumerate(r.get("stages", ())):
+            rows.append((f"  stage {i} ({st['layers']} layers), per GPU",
+                         f"weights {_human_bytes(st['weight_bytes_per_gpu'])}, KV pool "
+                         f"{_human_bytes(st['kv_pool_bytes_per_gpu'])}, {st['num_gpu_blocks']:,} blocks"))
+        gpu = " per GPU (binding stage)"
     if "num_gpu_blocks" in r:
-        rows += [("GPU", f"{tp} x " * (tp > 1) + f"{r['gpu_name']} ({_human_bytes(r['gpu_memory_bytes'])})"),
+        rows += [("GPU", f"{tp * pp} x " * (tp * pp > 1) + f"{r['gpu_name']} ({_human_bytes(r['gpu_memory_bytes'])})"),
                  ("gpu_memory_utilization", f"{r['gpu_memory_utilization']}"),
                  ("activation peak (estimate)" + gpu, _human_bytes(r["activation_peak_bytes"])),
                  ("runtime overhead" + gpu, _human_bytes(r["runtime_overhead_bytes"])),
                  ("KV pool" + gpu, _human_bytes(r["kv_pool_bytes"])),
                  ("num_gpu_blocks" + gpu, f"{r['num_gpu_blocks']:,}")]
-        if tp > 1:
+        if tp * pp > 1:
             rows.append(("KV pool, all GPUs", _human_bytes(r["total_kv_pool_bytes"])))
         rows += [("pool tokens" + (" (total: each GPU holds its heads of every token)" if tp > 1 else ""),
                   f"{r['pool_tokens']:,}"),

@@ -60,7 +60,13 @@ def _run(args) -> int:
     writes = run_files(args.steps, report=not args.no_report)
     stale = prepare_out_dir(out_dir, writes, force=args.force)  # before minutes of simulation
     cluster = sc.cluster.num_replicas > 1  # replicas behind a router (sim/engine/cluster.py)
-    if cluster:
+    pipeline = sc.engine.pipeline_parallel_size > 1  # stages of layers (sim/engine/pipeline.py, #15)
+    if pipeline:
+        from sim.engine.pipeline import PipelineSimulation
+        from sim.engine.pipeline_summary import summarize_pipeline as summarize_cluster
+
+        sim, cluster = PipelineSimulation(sc), True
+    elif cluster:
         from sim.engine.cluster import ClusterSimulation, summarize_cluster
 
         sim = ClusterSimulation(sc)

@@ -206,8 +206,10 @@ class EngineConfig(_Frozen):
     runtime_overhead_bytes: nonneg_int("engine.runtime_overhead_bytes") | None = None
     num_gpu_blocks_override: pos_int("engine.num_gpu_blocks_override") | None = None
     tensor_parallel_size: Literal[1, 2, 4, 8] = 1  # GPUs one replica is split over (sim/model/parallel.py)
+    # pipeline parallelism (issue #15): stages of layers, tp x pp GPUs a replica (sim/engine/pipeline.py)
+    pipeline_parallel_size: Literal[1, 2, 4, 8] = 1
 
-    @field_validator("tensor_parallel_size", mode="before")
+    @field_validator("tensor_parallel_size", "pipeline_parallel_size", mode="before")
     @classmethod
     def _tp_not_bool(cls, value):
         if isinstance(value, bool) or isinstance(value, float):  # YAML's true or 2.0 would pass as 1 or 2

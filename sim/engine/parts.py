@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.calib.calibration import load_calibration
-from sim.calib.interconnect import require_interconnect
+from sim.calib.interconnect import require_interconnect, require_p2p
 from sim.cost.base import CostModel
-from sim.cost.build import build_profiled_cost
+from sim.cost.pipeline import build_engine_cost
 from sim.cost.profile import PROFILES, EngineProfile, ProfileName, with_calibration
 from sim.errors import ConfigError
 from sim.kv import make_allocator
@@ -24,7 +24,7 @@ from sim.kv.swap import SwapSpace
 from sim.kv.token_budget import TokenBudget, TokenEviction
 from sim.model.dtypes import DTYPE_BYTES
 from sim.model.memory import MemoryPlan, check_fits_one_sequence, plan_memory
-from sim.model.parallel import TP_KEY, check_tensor_parallel
+from sim.model.parallel import PP_KEY, TP_KEY, check_pipeline_parallel, check_tensor_parallel
 from sim.model.spec import KVDtype, ModelSpec
 from sim.model.hf_config import load_model
 from sim.engine.request_log import RequestLog
@@ -50,6 +50,8 @@ def build_plan(sc: Scenario):
     eng = sc.engine
     check_tensor_parallel(model, eng.tensor_parallel_size, src, TP_KEY)
     require_interconnect(cal, eng.tensor_parallel_size)  # tp > 1: the calibration must have one
+    check_pipeline_parallel(model, eng.pipeline_parallel_size, src, PP_KEY)  # pipeline parallelism (#15)
+    require_p2p(cal, eng.pipeline_parallel_size)  # pp > 1: stages send activations over the p2p link
     plan = plan_memory(
         model, cal.memory_bytes, gpu_memory_utilization=eng.gpu_memory_utilization,
         block_size=sc.kv.block_size, kv_dtype=KVDtype(eng.kv_dtype),
@@ -58,7 +60,7 @@ def build_plan(sc: Scenario):
         max_model_len=eng.max_model_len, activation_peak_bytes=eng.activation_peak_bytes,
         runtime_overhead_bytes=eng.runtime_overhead_bytes, quant_group_size=eng.kv_quant_group_size,
         num_gpu_blocks_override=eng.num_gpu_blocks_override, tensor_parallel_size=eng.tensor_parallel_size,
-        source=src,
+        pipeline_parallel_size=eng.pipeline_parallel_size, source=src,
     )
     budget = token_budget(without_vetoed_defaults(sc, model), model)
     plan = dataclasses.replace(plan, max_kv_tokens_per_seq=budget.kept_tokens(eng.max_model_len))
@@ -129,8 +131,9 @@ def build_parts(sc: Scenario) -> EngineParts:
     sc = without_vetoed_defaults(sc, model)
     profile = with_calibration(PROFILES[sc.engine.profile], cal).with_overrides(
         sc.engine.profile_overrides.as_dict())  # the profile, this machine's numbers, the scenario's
-    cost = build_profiled_cost(
-        model, cal, profile, max_num_seqs=sc.scheduler.max_num_seqs, kv_dtype=KVDtype(sc.engine.kv_dtype),
+    cost = build_engine_cost(  # pipeline parallelism: one cost model per stage (sim/cost/pipeline.py)
+        model, cal, profile, pipeline_parallel_size=sc.engine.pipeline_parallel_size,
+        max_num_seqs=sc.scheduler.max_num_seqs, kv_dtype=KVDtype(sc.engine.kv_dtype),
         weight_dtype_bytes=DTYPE_BYTES[sc.engine.weight_dtype], quant_group_size=sc.engine.kv_quant_group_size,
         weight_dtype=sc.engine.weight_dtype, compute_dtype=sc.engine.compute_dtype,
         tensor_parallel_size=sc.engine.tensor_parallel_size)

@@ -63,9 +63,15 @@ class Simulation:
     (``sim validate`` runs the same batch on the real model there, in lockstep).
     """
 
+    _stages = None  # pipeline parallelism: sim/engine/pipeline.py's virtual engines set it (#15)
+
     def __init__(self, sc: Scenario, progress=None,
                  step_hook: Callable[[SchedulerOutput], None] | None = None, macro_steps: bool = True,
                  keep_requests: bool = False) -> None:
+        if sc.engine.pipeline_parallel_size > 1:  # pipeline parallelism runs in sim/engine/pipeline.py (#15)
+            raise ConfigError(sc.source_path, "engine.pipeline_parallel_size", (
+                f"{sc.engine.pipeline_parallel_size} pipeline stages run with `sim run` and `sim sweep` only"
+                " (sim/engine/pipeline.py); this command simulates one single-stage engine: set it to 1"))
         if sc.cluster.num_replicas > 1:
             raise ConfigError(sc.source_path, "cluster.num_replicas", (
                 f"{sc.cluster.num_replicas} replicas run with `sim run` only (sim/engine/cluster.py); "
@@ -164,7 +170,10 @@ class Simulation:
             step = core.begin()
             for wait in step.waits:
                 if wait.kind is compute:
-                    yield env.timeout(wait.seconds)
+                    if self._stages is None:
+                        yield env.timeout(wait.seconds)
+                    else:  # pipeline parallelism: the batch holds each stage in turn (sim/engine/pipeline.py)
+                        yield from self._stages(step)
                 else:
                     yield from self._transfer(wait.seconds)
             after = core.end(step, env.now)

@@ -19,6 +19,15 @@ share of the model (sim/model/parallel.py ``shard_model``), the activation peak 
 sharded layers' plus the sampler over the whole vocabulary (the logits are gathered), and
 the pool's blocks are the same on every GPU: a token's KV is spread over the tp GPUs, so
 the replica holds ``num_gpu_blocks x block_size`` tokens.
+
+With pipeline parallelism (``pipeline_parallel_size`` = pp > 1, sim/model/parallel.py) each
+stage's GPUs hold that stage's layers (the first stage the embedding, the last the lm_head)
+and those layers' KV: a stage's plan is the one above on its layers' spec, its activation
+peak its layers' (the sampler only on the last stage, which computes the logits). Every
+stage holds its layers of every token, so the replica's blocks are the fewest any stage has
+room for: vLLM takes the minimum over its workers (``get_kv_cache_configs`` in
+vllm/v1/core/kv_cache_utils.py: "Change the num_blocks of each rank to the smallest among
+all ranks"). The plan returned is that (binding) stage's, with every stage's in ``stages``.
 """
 
 from __future__ import annotations
@@ -27,7 +36,8 @@ import math
 from dataclasses import dataclass
 
 from sim.errors import ConfigError
-from sim.model.parallel import check_tensor_parallel, shard_model
+from sim.model.parallel import (
+    check_pipeline_parallel, check_tensor_parallel, shard_model, stage_models, stage_weight_bytes)
 from sim.model.spec import (
     KVDtype, MlpKind, ModelSpec, kv_bytes_per_token, linear_ops, max_kv_tokens_per_seq, weight_bytes)
 
@@ -49,6 +59,18 @@ SAMPLER_FP32_COPIES = 2
 
 
 @dataclass(frozen=True)
+class StagePlan:
+    """One pipeline stage's plan of one of its GPUs (sizes in bytes)."""
+
+    layers: int
+    weight_bytes: int
+    activation_peak_bytes: int
+    kv_pool_bytes: int
+    bytes_per_token: int | float
+    num_gpu_blocks: int  # what this stage alone has room for
+
+
+@dataclass(frozen=True)
 class MemoryPlan:
     """The outcome of vLLM's startup memory profiling. Sizes in bytes."""
 
@@ -66,6 +88,8 @@ class MemoryPlan:
     max_model_len: int
     max_kv_tokens_per_seq: int  # min(max_model_len, sliding_window)
     tensor_parallel_size: int = 1  # GPUs of the replica; every size above is per GPU
+    pipeline_parallel_size: int = 1  # stages; the sizes above are the binding stage's GPU's
+    stages: tuple[StagePlan, ...] = ()  # pp > 1: every stage's plan of one of its GPUs, first to last
 
     @property
     def pool_tokens(self) -> int:
@@ -128,13 +152,15 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
                 max_num_seqs: int = 256, max_model_len: int,
                 activation_peak_bytes: int | None = None, runtime_overhead_bytes: int | None = None,
                 quant_group_size: int = 64, num_gpu_blocks_override: int | None = None,
-                tensor_parallel_size: int = 1, source: str = "<cli>") -> MemoryPlan:
+                tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1,
+                source: str = "<cli>") -> MemoryPlan:
     """Size the KV pool; raise ConfigError(source, key, ...) for bad arguments or no room.
 
     ``activation_peak_bytes`` / ``runtime_overhead_bytes`` default to this module's
     estimates. ``num_gpu_blocks_override`` replaces the computed block count (vLLM's option
     of that name) but the pool must still be positive. ``tensor_parallel_size``: the plan of one
-    GPU of a tensor-parallel replica (module docstring).
+    GPU of a tensor-parallel replica; ``pipeline_parallel_size``: of the binding stage of a
+    pipeline-parallel one (module docstring).
     """
     _require(0 < gpu_memory_utilization <= 1, source, "gpu_memory_utilization",
              f"must be in (0, 1], got {gpu_memory_utilization}")
@@ -151,28 +177,40 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
     except ValueError:
         raise ConfigError(source, "kv_dtype", f"got {kv_dtype!r}; allowed: "
                           f"{', '.join(d.value for d in KVDtype)}") from None
-    tp = tensor_parallel_size
+    tp, pp = tensor_parallel_size, pipeline_parallel_size
     check_tensor_parallel(model, tp, source, "tensor_parallel_size")
-    shard = shard_model(model, tp)  # the model itself when tp == 1
-    weights = weight_bytes(shard, weight_dtype_bytes)
-    if activation_peak_bytes is None:
-        activation_peak_bytes = estimate_activation_peak_bytes(
-            shard, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-            dtype_bytes=weight_dtype_bytes, sampler_vocab_size=model.vocab_size)
+    check_pipeline_parallel(model, pp, source, "pipeline_parallel_size")
     if runtime_overhead_bytes is None:
         runtime_overhead_bytes = DEFAULT_RUNTIME_OVERHEAD_BYTES
     budget = gpu_memory_bytes * gpu_memory_utilization
-    pool = math.floor(budget - weights - activation_peak_bytes - runtime_overhead_bytes)
-    per_token = kv_bytes_per_token(shard, dtype, quant_group_size=quant_group_size)
-    per_block = math.ceil(per_token * block_size)
+    stages = []  # (stage plan, bytes per block) of every stage, first to last
+    for index, layers in enumerate(stage_models(model, pp)):  # (model,) when pp == 1
+        shard = shard_model(layers, tp)  # the stage itself when tp == 1
+        weights = (weight_bytes(shard, weight_dtype_bytes) if pp == 1
+                   else stage_weight_bytes(shard, index, pp, weight_dtype_bytes))
+        act = activation_peak_bytes
+        if act is None:  # the sampler's logits: on the last stage only
+            act = estimate_activation_peak_bytes(
+                shard, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                dtype_bytes=weight_dtype_bytes, sampler_vocab_size=model.vocab_size if index == pp - 1 else 0)
+        pool = math.floor(budget - weights - act - runtime_overhead_bytes)
+        per_token = kv_bytes_per_token(shard, dtype, quant_group_size=quant_group_size)
+        per_block = math.ceil(per_token * block_size)
+        blocks = max(0, pool) // per_block
+        stages.append((StagePlan(layers.num_layers, weights, act, pool, per_token, blocks), per_block))
+    binding, per_block = min(stages, key=lambda s: s[0].num_gpu_blocks)  # the first of the fewest
+    weights, activation_peak_bytes, pool = binding.weight_bytes, binding.activation_peak_bytes, binding.kv_pool_bytes
+    per_token = binding.bytes_per_token
     if pool <= 0 or (num_gpu_blocks_override is None and pool < per_block):
         per_gpu = f", 1/{tp} of it per GPU" if tp > 1 else ""
+        if pp > 1:
+            per_gpu += f", pipeline stage {stages.index((binding, per_block))} of {pp}: {binding.layers} layers"
         raise ConfigError(source, "gpu_memory_utilization", (
             f"no memory left for the KV cache: {gpu_memory_utilization} x {_gib(gpu_memory_bytes)}"
             f" = {_gib(budget)}, minus weights {_gib(weights)} ({model.name}{per_gpu}), activations"
             f" {_gib(activation_peak_bytes)}, runtime overhead {_gib(runtime_overhead_bytes)}"
-            f" leaves {_gib(pool)}; use a bigger GPU, a smaller model, more GPUs (tensor_parallel_size)"
-            f" or lower max_num_batched_tokens, or raise gpu_memory_utilization"))
+            f" leaves {_gib(pool)}; use a bigger GPU, a smaller model, more GPUs (tensor_parallel_size"
+            f" or pipeline_parallel_size) or lower max_num_batched_tokens, or raise gpu_memory_utilization"))
     num_blocks = num_gpu_blocks_override or pool // per_block
     if num_blocks > MAX_GPU_BLOCKS:
         key = "num_gpu_blocks_override" if num_gpu_blocks_override else "block_size"
@@ -186,7 +224,8 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
         runtime_overhead_bytes=runtime_overhead_bytes, kv_pool_bytes=pool, kv_dtype=dtype,
         bytes_per_token=per_token, block_size=block_size, bytes_per_block=per_block,
         num_gpu_blocks=num_blocks, max_model_len=max_model_len,
-        max_kv_tokens_per_seq=max_kv_tokens_per_seq(model, max_model_len), tensor_parallel_size=tp)
+        max_kv_tokens_per_seq=max_kv_tokens_per_seq(model, max_model_len), tensor_parallel_size=tp,
+        pipeline_parallel_size=pp, stages=tuple(st for st, _ in stages) if pp > 1 else ())
 
 
 def check_fits_one_sequence(plan: MemoryPlan, max_model_len: int, source: str = "<cli>") -> None:

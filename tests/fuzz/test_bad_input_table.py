@@ -78,8 +78,39 @@ SCENARIO_CASES = [
     ("set-unknown-key", TINY, ["--set", "kv.blok_size=3"], "kv.blok_size"),
     ("set-wrong-type", TINY, ["--set", "kv.block_size=big"], "kv.block_size"),
     ("set-inf", TINY, ["--set", "kv.swap_space_gb=.inf"], "kv.swap_space_gb"),
+    # pipeline parallelism (#15): pp in {1, 2, 4, 8}, at most the model's layers (tiny-llama has 2)
+    ("pp-3", _with("engine.pipeline_parallel_size", 3), [], "engine.pipeline_parallel_size"),
+    ("pp-bool", _with("engine.pipeline_parallel_size", True), [], "engine.pipeline_parallel_size"),
+    ("pp-float", _with("engine.pipeline_parallel_size", 2.0), [], "engine.pipeline_parallel_size"),
+    ("pp-over-layers", _with("engine.pipeline_parallel_size", 4), [], "engine.pipeline_parallel_size"),
+    ("pp-with-replicas", _with("cluster.num_replicas", 2, _with("engine.pipeline_parallel_size", 2)), [],
+     "cluster.num_replicas"),
     ("set-through-scalar", TINY, ["--set", "seed.x=1"], "seed.x"),
     ("key-with-newline", {**TINY, "bad\nkey": 1}, [], "bad\\nkey"),
+    # disaggregated prefill/decode (sim/config/cluster_schema.py, sim/engine/disagg_parts.py)
+    ("pd-split-without-link", _with("cluster", {"disaggregation": {"prefill_replicas": 1, "decode_replicas": 1}}),
+     [], "cluster.disaggregation"),
+    ("pd-zero-decode", _with("cluster", {"disaggregation": {"prefill_replicas": 1, "decode_replicas": 0,
+                                                             "kv_transfer": {"bandwidth_gbps": 400}}}),
+     [], "cluster.disaggregation.decode_replicas"),
+    ("pd-unknown-key", _with("cluster", {"disaggregation": {"prefill_replicas": 1, "decode_replicas": 1, "ratio": 2,
+                                                             "kv_transfer": {"bandwidth_gbps": 400}}}),
+     [], "cluster.disaggregation.ratio"),
+    ("pd-link-zero-bandwidth", _with("cluster", {"disaggregation": {"prefill_replicas": 1, "decode_replicas": 1,
+                                                                     "kv_transfer": {"bandwidth_gbps": 0}}}),
+     [], "cluster.disaggregation.kv_transfer.bandwidth_gbps"),
+    ("pd-replicas-mismatch", _with("cluster", {"num_replicas": 3, "disaggregation": {
+        "prefill_replicas": 1, "decode_replicas": 1, "kv_transfer": {"bandwidth_gbps": 400}}}), [], "cluster"),
+    ("pd-bad-pool-override", _with("cluster", {"disaggregation": {
+        "prefill_replicas": 1, "decode_replicas": 1, "kv_transfer": {"bandwidth_gbps": 400},
+        "decode": {"engine": {"tensor_parallel_size": 3}}}}), [],
+     "cluster.disaggregation.decode.engine.tensor_parallel_size"),
+    ("pd-unknown-pool-key", _with("cluster", {"disaggregation": {
+        "prefill_replicas": 1, "decode_replicas": 1, "kv_transfer": {"bandwidth_gbps": 400},
+        "prefill": {"engine": {"max_modl_len": 3}}}}), [], "cluster.disaggregation.prefill.engine.max_modl_len"),
+    ("pd-static-pool", _with("cluster", {"disaggregation": {
+        "prefill_replicas": 1, "decode_replicas": 1, "kv_transfer": {"bandwidth_gbps": 400},
+        "decode": {"scheduler": {"policy": "static"}}}}), [], "cluster.disaggregation.decode.scheduler.policy"),
 ]
 
 

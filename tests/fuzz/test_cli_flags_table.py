@@ -34,6 +34,9 @@ SIM_CASES = [
     (["kv", "--model", "llama-3-8b", "--kv-dtype", "fp64"], "--kv-dtype"),
     (["kv", "--model", "llama-3-8b", "--weight-dtype", "fp64"], "--weight-dtype"),
     (["kv", "--model", "llama-3-8b", "--block-size", "0"], "--block-size"),
+    (["kv", "--model", "llama-3-8b", "--pp", "3"], "--pp"),  # pipeline parallelism (#15)
+    (["kv", "--model", "tiny-llama", "--pp", "4"], "--pp"),
+    (["kv", "--model", "llama-3-8b", "--pp", "x"], "--pp"),
     (["kv", "--model", "llama-3-8b", "--block-size", "abc"], "--block-size"),
     (["kv", "--model", "llama-3-8b", "--gpu", "no-such-gpu"], "no-such-gpu"),
     (["kv", "--model", "llama-3-8b", "--gpu", "a100-80gb", "--max-model-len", "-5"], "--max-model-len"),

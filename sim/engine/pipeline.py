@@ -1,0 +1,169 @@
+"""A pipeline-parallel replica: batches in flight through stages of layers (issue #15 item 2).
+
+With ``engine.pipeline_parallel_size`` = pp > 1 a replica's layers are split into pp stages
+(sim/model/parallel.py), each on ``tensor_parallel_size`` GPUs. Each stage is a SimPy
+resource of capacity 1: a batch holds stage 0 for its stage-0 time (sim/cost/pipeline.py),
+sends its activations over the p2p link (a delay that holds no stage), holds stage 1, and
+so on; the last stage's end is the step's end. Several batches are in flight at once, so
+while one batch is in stage 1 the next can run in stage 0: pipeline bubbles and overlap
+come out of the simulation, not out of a formula.
+
+Which batches are in flight is the engine's business. vLLM has had two forms:
+
+- **V0: virtual engines** (vllm/engine/llm_engine.py and vllm/core/scheduler.py before
+  V1): pp virtual engines, each with its own scheduler and block manager of 1/pp of the KV
+  blocks (``num_gpu_blocks //= pipeline_parallel_size``) and of the swap space; a new
+  request goes to the scheduler with the fewest unfinished requests
+  (``_add_processed_request``: "Add the sequence group to the scheduler with least
+  unfinished seqs"); each virtual engine runs one batch at a time (the async engine keeps
+  one ``engine_step`` per virtual engine in flight), so a request is in at most one batch.
+- **V1: a batch queue** (vllm/v1/engine/core.py ``EngineCore``: ``batch_queue_size =
+  max_concurrent_batches``, "required by pipeline parallelism to eliminate pipeline
+  bubbles"; ``step_with_batch_queue``): one scheduler and one KV pool, up to pp batches
+  in flight, a request scheduled again only after its batch came back.
+
+This module runs the **V0 form for every engine profile** (``vllm-v1`` included): the
+virtual engines are the cluster machinery's replicas (sim/engine/cluster.py) on one SimPy
+clock, fed by a least-outstanding router without sticky sessions, each with its own
+scheduler, allocator of ``num_gpu_blocks // pp`` blocks, swap space of 1/pp, front end and
+step log, all sharing the stages. The V1 batch queue (one pool shared by the batches in
+flight) is not modelled yet. Macro-steps (sim/engine/macro.py) advance one engine's clock
+by summed step durations, which is not valid when a step waits for stages another engine
+holds: a pipeline run has them off. ``cluster.num_replicas`` > 1 with pp > 1 is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import simpy
+
+from sim.config.cluster_schema import ClusterConfig
+from sim.config.scenario import Scenario
+from sim.engine.cluster import ClusterResult, ClusterSimulation, Replica
+from sim.engine.parts import EngineParts, SessionDriver, build_parts, engine_state
+from sim.engine.predict import predicted_transfer_s
+from sim.engine.router import Router
+from sim.engine.step import Wait, WaitKind
+from sim.errors import ConfigError
+from sim.model.memory import check_fits_one_sequence
+from sim.model.parallel import PP_KEY
+from sim.sched.output import SchedulerOutput
+
+
+class Stages:
+    """The pipeline's stages: one SimPy resource each, and how long each was busy."""
+
+    def __init__(self, env: simpy.Environment, num_stages: int) -> None:
+        self.env = env
+        self.slots = [simpy.Resource(env, capacity=1) for _ in range(num_stages)]
+        self.busy_s = [0.0] * num_stages
+        self.batches = 0
+
+    def hold(self, times: tuple[float, ...], transfer_s: float):
+        """A batch through every stage in turn: wait for the stage, compute, send the activations on."""
+        env = self.env
+        self.batches += 1
+        for i, seconds in enumerate(times):
+            if i:
+                yield env.timeout(transfer_s)  # activations over the p2p link to stage i
+            with self.slots[i].request() as slot:
+                yield slot
+                yield env.timeout(seconds)
+            self.busy_s[i] += seconds
+
+
+class StagedRunner:
+    """A BatchRunner (sim/engine/step.py) on a PipelineCost: the compute wait is one batch's
+    time through every stage, and the stage times are kept for the stages to hold."""
+
+    def __init__(self, cost) -> None:
+        self.cost = cost
+        self.last: tuple[tuple[float, ...], float] = ((), 0.0)  # (stage seconds, transfer seconds)
+
+    def swap_out(self, out: SchedulerOutput) -> float:
+        return predicted_transfer_s(self.cost, out)
+
+    def run(self, out: SchedulerOutput, idle_before_s: float) -> tuple[Wait, ...]:
+        waits = []
+        if out.swap_out_bytes or out.swap_in_bytes:
+            waits.append(Wait(WaitKind.TRANSFER, predicted_transfer_s(self.cost, out)))
+        if out.scheduled:
+            shape = out.batch_shape()
+            times, transfer = self.cost.stage_times_s(shape, idle_before_s), self.cost.transfer_s(shape)
+            self.last = (times, transfer)
+            waits.append(Wait(WaitKind.COMPUTE, sum(times) + (len(times) - 1) * transfer))
+        return tuple(waits)
+
+
+class VirtualEngine(Replica):
+    """One of a pipeline replica's virtual engines: a cluster replica whose batches hold the stages."""
+
+    def __init__(self, cluster: PipelineSimulation, index: int, parts: EngineParts) -> None:
+        super().__init__(cluster, index, parts)
+        self.runner = StagedRunner(parts.cost)
+        self.core.runner = self.runner
+        self._stages = self._through_stages  # read by Simulation._engine instead of a plain timeout
+
+    def _through_stages(self, step):
+        times, transfer = self.runner.last
+        yield from self.cluster.stages.hold(times, transfer)
+
+
+def virtual_engine_parts(first: EngineParts, pp: int) -> list[EngineParts]:
+    """The parts of ``pp`` virtual engines: each 1/pp of the blocks and of the swap space (vLLM V0)."""
+    sc = first.sc
+    plan = dataclasses.replace(first.plan, num_gpu_blocks=first.plan.num_gpu_blocks // pp)
+    try:
+        check_fits_one_sequence(plan, sc.engine.max_model_len, source=sc.source_path)
+    except ConfigError as exc:
+        raise ConfigError(sc.source_path, PP_KEY, (
+            f"{pp} virtual engines each get 1/{pp} of the KV pool (vLLM V0's pipeline parallelism): "
+            f"{exc.message}")) from None
+    kv = sc.kv.model_copy(update={"swap_space_gb": sc.kv.swap_space_gb / pp})
+    sc = sc.model_copy(update={"kv": kv})
+    out = []
+    for _ in range(pp):
+        allocator, swap, preemptor, scheduler = engine_state(sc, first.model, plan, first.budget, first.profile)
+        out.append(dataclasses.replace(first, sc=sc, plan=plan, allocator=allocator, swap=swap,
+                                       preemptor=preemptor, scheduler=scheduler))
+    return out
+
+
+class PipelineSimulation(ClusterSimulation):
+    """One pipeline-parallel replica (module docstring); ``run()`` returns a ClusterResult whose
+    ``replicas`` are the virtual engines and whose ``extra["pipeline"]`` holds the stages' figures
+    (``summarize_pipeline`` writes summary.json)."""
+
+    def __init__(self, sc: Scenario, progress=None) -> None:  # noqa: PLW0231 -- the cluster's, per virtual engine
+        pp = sc.engine.pipeline_parallel_size
+        if sc.cluster.num_replicas > 1:
+            raise ConfigError(sc.source_path, "cluster.num_replicas", (
+                f"{sc.cluster.num_replicas} replicas of a pipeline-parallel engine (engine.pipeline_parallel_size"
+                f" {pp}) are not modelled yet: set cluster.num_replicas: 1 or pipeline_parallel_size: 1"))
+        first = build_parts(sc)
+        self.sc = sc = first.sc
+        self.cal, self.plan, self.sessions = first.cal, first.plan, first.sessions
+        self.cost = first.cost
+        self.env = simpy.Environment()
+        self.driver = SessionDriver(sc, None)  # makes requests; the router places them
+        self.requests = self.driver.requests
+        self.macro_steps = False  # summed step durations are not valid across shared stages
+        self.progress = progress
+        self.stages = Stages(self.env, pp)
+        self.replicas = [VirtualEngine(self, i, parts) for i, parts in enumerate(virtual_engine_parts(first, pp))]
+        # vLLM V0: a new request goes to the virtual engine with the fewest unfinished requests
+        self.router = Router(ClusterConfig(router="least-outstanding", sticky_sessions=False), self.replicas)
+        self.sticky = False
+        self.handoff = None  # no disaggregation (ClusterSimulation's attribute)
+        self.replica_of: list[int] = []
+        self._home: dict[int, int] = {}
+
+    def run(self) -> ClusterResult:
+        result = super().run()
+        result.extra["pipeline"] = {"stage_busy_s": list(self.stages.busy_s), "batches": self.stages.batches,
+                                    "plan": self.plan, "stage_layers": list(self.cost.stage_layers)}
+        return result
+
+
+__all__ = ["PipelineSimulation", "StagedRunner", "Stages", "VirtualEngine", "virtual_engine_parts"]
