@@ -16,7 +16,8 @@ SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
 #: One engine each (a cluster's macro-steps: tests/sim/cluster/test_cluster_routing.py).
 #: plan-*.yaml are `sim plan` files (sim/plan/spec.py), not scenarios.
 SHIPPED = sorted(p.name for p in SCENARIOS.glob("*.yaml")
-                 if not p.name.startswith("plan-") and load_scenario(p).cluster.num_replicas == 1)
+                 if not p.name.startswith("plan-") and load_scenario(p).cluster.num_replicas == 1
+                 and load_scenario(p).engine.pipeline_parallel_size == 1)  # pipelines run no macro-steps (#15)
 
 
 def _smaller(name: str) -> list[str]:
