@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from sim.request import Request, RequestStatus
+from sim.views import IndexedSequence
 
 #: A retired request's row, in this order (times in seconds; NaN where a time is None).
 FIELDS = (
@@ -75,9 +76,11 @@ class SessionId:
         return f"SessionId({self.session_id})"
 
 
-class RequestLog(Sequence):
+class RequestLog(IndexedSequence):
     """The requests of a run in arrival order (a request's id is its index): the live ones
     as objects, the retired ones (finished or rejected) as rows of numbers."""
+
+    _what = "request"
 
     def __init__(self) -> None:
         self._live: dict[int, Request] = {}
@@ -105,22 +108,11 @@ class RequestLog(Sequence):
     def __len__(self) -> int:
         return len(self._row_of)
 
-    def __getitem__(self, i):
-        n = len(self)
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(n))]
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError("request index out of range")
+    def _item(self, i: int) -> Request:
         row = self._row_of[i]
         if row < 0:
             return self._live[i]
         return self._revive(self._rows[row * _NF:(row + 1) * _NF])
-
-    def __iter__(self):
-        for i in range(len(self)):
-            yield self[i]
 
     def _revive(self, v: Sequence[float]) -> Request:
         """A detached Request with a retired row's numbers (no prompt segments, no session)."""

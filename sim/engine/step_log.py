@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import tempfile
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import numpy as np
+
+from sim.views import IndexedSequence
 
 COLUMNS = (
     "time_s", "duration_s", "num_seqs", "num_prefill_tokens", "num_decode_tokens",
@@ -36,9 +38,11 @@ _SUMMED = ("duration_s", "num_preempted", "swap_bytes")
 SPILL_ROWS = 1 << 20
 
 
-class _Rows(Sequence):
+class _Rows(IndexedSequence):
     """A read-only view of a :class:`StepLog` as one tuple per step (as the log was once
     kept): ``rows[-1]``, ``len(rows)``, iteration. Counts come back as ints."""
+
+    _what = "step"
 
     def __init__(self, log: StepLog) -> None:
         self._log = log
@@ -46,14 +50,7 @@ class _Rows(Sequence):
     def __len__(self) -> int:
         return len(self._log)
 
-    def __getitem__(self, i):
-        n = len(self)
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(n))]
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError("step index out of range")
+    def _item(self, i: int) -> tuple:
         return self._log.row(i)
 
 

@@ -21,6 +21,7 @@ from sim.config.limits import MAX_DURATION_S, MAX_REQUESTS, MAX_SESSIONS, MAX_TO
 from sim.config.scenario import (
     MAX_TURNS, ConstantArrival, EmpiricalLength, FixedLength, GammaArrival, LogNormalLength, PoissonArrival,
     Scenario, UniformLength, ZipfLength)
+from sim.views import IndexedSequence
 from sim.workload.csvfile import read_columns
 
 
@@ -182,11 +183,13 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Sessions:
                     next_segment)
 
 
-class Sessions(Sequence):
+class Sessions(IndexedSequence):
     """The run's sessions in arrival order, each :class:`SessionSpec` built when it is read
     from the arrays the workload was drawn into (a million sessions kept as objects would
     hold about 400 MB; as arrays, about 40 MB). Reading the same index twice gives equal,
     not identical, specs: a run reads each session once, at its arrival."""
+
+    _what = "session"
 
     def __init__(self, arrived: np.ndarray, turns_per: np.ndarray, starts: np.ndarray, prompts: np.ndarray,
                  outputs: np.ndarray, thinks: np.ndarray | None, prefix_ids: np.ndarray, prefix_tokens: int,
@@ -198,14 +201,7 @@ class Sessions(Sequence):
     def __len__(self) -> int:
         return int(self._arrived.size)
 
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError("session index out of range")
+    def _item(self, i: int) -> SessionSpec:
         k, nt, thinks = int(self._starts[i]), int(self._turns[i]), self._thinks
         turns = tuple(
             TurnSpec(int(self._prompts[k + t]), int(self._outputs[k + t]),
@@ -214,10 +210,6 @@ class Sessions(Sequence):
         pid = int(self._prefix_ids[i])
         return SessionSpec(i, float(self._arrived[i]), (pid, self._prefix_tokens) if pid else None, turns,
                            self._first_segment + k)
-
-    def __iter__(self):
-        for i in range(len(self)):
-            yield self[i]
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, Sequence) or len(self) != len(other):
