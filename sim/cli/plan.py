@@ -25,7 +25,15 @@ def add_plan_parser(sub) -> None:
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="configurations searched in parallel (default: the CPU count)")
     p.add_argument("--out", default=None, help="output folder (default: plans/<plan name>)")
-    p.add_argument("--force", action="store_true", help="replace an earlier plan's files in --out")
+    p.add_argument("--force", action="store_true",
+                   help="replace an earlier plan's files in --out, its finished configurations too")
+    p.add_argument("--resume", action="store_true",
+                   help="reuse the finished configurations in --out (configs/) and search only the others")
+    p.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="local process pool (default) or Ray")
+    p.add_argument("--ray-address", default=None, help="a Ray cluster's address (default: start a local Ray)")
+    p.add_argument("--ray-timeout", type=float, default=None, metavar="SECONDS",
+                   help="give up reaching Ray after this long (default: 30)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
 
 
@@ -34,37 +42,56 @@ def run_plan_command(args) -> int:
 
     from sim.outputs.files import prepare_out_dir, safe_name, write_atomic
     from sim.plan.page import render_plan_page
+    from sim.plan.points import configs_dir, fingerprint, load_points, point_files, remove_points
     from sim.plan.results import finish, plan_csv, plan_document
-    from sim.plan.runner import run_configs
+    from sim.plan.runner import run_plan
     from sim.plan.spec import load_plan
+    from sim.sweep.executors import ExecutorKind, Terminated, make_executor
 
-    if args.workers < 1:
-        raise ConfigError("--workers", str(args.workers), "must be at least 1")
+    if args.resume and args.force:
+        raise ConfigError("--force", "--resume", "give one: --resume continues the plan in --out, --force "
+                          "starts it over")
+    executor = make_executor(ExecutorKind(args.executor), args.workers, args.ray_address, args.ray_timeout)
     spec = load_plan(args.plan)
     out_dir = Path(args.out) if args.out else Path("plans") / safe_name(spec.name, "plan")
-    prepare_out_dir(out_dir, PLAN_FILES, force=args.force, known=PLAN_FILES)  # before minutes of simulation
+    # before minutes of simulation: --resume rewrites the plan's own files
+    prepare_out_dir(out_dir, PLAN_FILES, force=args.force or args.resume, known=PLAN_FILES)
+    if point_files(out_dir) and not (args.resume or args.force):
+        raise ConfigError(str(configs_dir(out_dir)), "--out", "already holds a plan's finished configurations; "
+                          "pass --resume to continue it, --force to start over, or another --out")
+    # --resume: a stale or malformed point file is one error line now
+    already = len(load_points(out_dir, spec, fingerprint(spec))) if args.resume else 0
     show = not args.quiet and sys.stderr.isatty()
+    executor.start()  # Ray: reach the cluster (bounded by --ray-timeout) before writing anything
     t0 = time.perf_counter()
-    with _progress(show, len(spec.configs)) as progress:
-        records = run_configs(spec, args.workers, on_done=progress)
+    try:
+        if args.force:
+            remove_points(out_dir)
+        with _progress(show, len(spec.configs), already) as progress:
+            run = run_plan(spec, executor, out_dir, resume=args.resume, on_done=progress)
+    except KeyboardInterrupt as exc:
+        print(f"error: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}; finished "
+              f"configurations are kept in {configs_dir(out_dir)}; rerun with --resume to continue", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
+    finally:
+        executor.close()
     wall = time.perf_counter() - t0
-    ranked = finish(spec, records)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(out_dir / "plan.json", json.dumps(plan_document(spec, ranked, wall), indent=1) + "\n")
+    ranked = finish(spec, run.records)
+    write_atomic(out_dir / "plan.json", json.dumps(plan_document(spec, ranked, wall, run.stats), indent=1) + "\n")
     write_atomic(out_dir / "plan.csv", plan_csv(spec, ranked))
-    write_atomic(out_dir / "plan.html", render_plan_page(spec, ranked))
+    write_atomic(out_dir / "plan.html", render_plan_page(spec, ranked, run.stats))
     if not args.quiet:
         from sim.plan.table import print_plan
 
-        print_plan(spec, ranked, out_dir, wall)
+        print_plan(spec, ranked, out_dir, wall, run)
     return 0
 
 
 class _progress:
     """A rich progress bar on stderr (a no-op when not shown)."""
 
-    def __init__(self, show: bool, total: int) -> None:
-        self.show, self.total, self.bar = show, total, None
+    def __init__(self, show: bool, total: int, already: int = 0) -> None:
+        self.show, self.total, self.already, self.bar = show, total, already, None
 
     def __enter__(self):
         if not self.show:
@@ -75,7 +102,7 @@ class _progress:
         self.bar = Progress(TextColumn("plan"), BarColumn(), MofNCompleteColumn(), TextColumn("configurations"),
                             TimeElapsedColumn(), console=Console(stderr=True), transient=True)
         self.bar.__enter__()
-        task = self.bar.add_task("plan", total=self.total)
+        task = self.bar.add_task("plan", total=self.total, completed=self.already)
         return lambda record: self.bar.update(task, advance=1)
 
     def __exit__(self, *exc) -> None:

@@ -62,7 +62,7 @@ def _table(spec: PlanSpec, ranked: list[dict]) -> str:
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
-def render_plan_page(spec: PlanSpec, ranked: list[dict]) -> str:
+def render_plan_page(spec: PlanSpec, ranked: list[dict], probes: dict | None = None) -> str:
     slo = spec.slo
     figs = [cost_figure(spec, ranked)] + [key_figure(spec, ranked, k) for k in spec.keys]
     charts = [pio.to_html(f, full_html=False, include_plotlyjs="inline" if i == 0 else False)
@@ -72,7 +72,11 @@ def render_plan_page(spec: PlanSpec, ranked: list[dict]) -> str:
         f"Target {spec.target_rate:g} req/s; SLO p{slo.percentile:g} TTFT <= {slo.ttft_s * 1e3:g} ms and "
         f"p{slo.percentile:g} TPOT <= {slo.tpot_s * 1e3:g} ms, {slo.attainment:.0%} of requests meeting both; "
         f"probes of {spec.search.num_requests} requests, the scenario's seed in every probe. Replicas are assumed "
-        "to share the load evenly; the fleet itself is not simulated.")
+        "to share the load evenly; the fleet itself is not simulated."
+        + ("" if probes is None else f" {probes['run']} probes run"
+           + (f"; bracket reuse along {probes['reuse_key']}: {probes['warm_started']} searches started from "
+              f"their smaller-pool neighbour's answer, about {probes['saved_estimate']} probes saved."
+              if probes["reuse_key"] else ".")))
     return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title><style>"
             "body{font-family:system-ui,sans-serif;margin:1.5em 2em;max-width:1300px}"
             "table{border-collapse:collapse;font-size:12px}td,th{padding:2px 8px;border-bottom:1px solid #e9ecef;"

@@ -1,9 +1,10 @@
 """From searched configurations to a plan: replicas, GPUs and cost for the target rate, the
 ranking, the reasons, and plan.json / plan.csv.
 
-replicas = ceil(target_rate / max_rate); GPUs = replicas x tensor_parallel_size; cost per
-hour = GPUs x price per GPU-hour; cost per million output tokens = cost per hour / (target
-rate x mean output tokens per request at the max rate x 3600) x 1e6. Replicas are assumed
+replicas = ceil(target_rate / max_rate); GPUs = replicas x GPUs per replica (tensor x
+pipeline parallel size); cost per hour = GPUs x price per GPU-hour; cost per million output
+tokens = cost per hour / (target rate x mean output tokens per request at the max rate x
+3600) x 1e6. Replicas are assumed
 to share the load evenly (a perfect router): the plan does not simulate the fleet.
 """
 
@@ -25,7 +26,7 @@ def add_costs(spec: PlanSpec, record: dict) -> dict:
            "cost_per_million_output_tokens": None}
     if record["status"] == "feasible":
         replicas = math.ceil(spec.target_rate / record["max_rate"] - 1e-9)
-        gpus = replicas * record["tensor_parallel_size"]
+        gpus = replicas * record.get("gpus_per_replica", record["tensor_parallel_size"])
         cost = gpus * price
         mean_out = record["at_max_rate"]["mean_output_tokens"] or 0
         per_m = cost / (spec.target_rate * mean_out * 3600) * 1e6 if mean_out else None
@@ -67,7 +68,7 @@ def why(spec: PlanSpec, r: dict) -> str:
     return (f"KV pool holds {mem['max_full_length_requests']} full-length requests "
             f"({mem['kv_pool_tokens']:,} tokens); max rate {rate} ({q} TTFT {at['ttft_s'] * 1e3:.0f} ms, "
             f"TPOT {tpot}, attainment {at['attainment']:.0%}); {r['replicas']} replica"
-            f"{'s' if r['replicas'] != 1 else ''} x {r['tensor_parallel_size']} GPU = {r['gpus']} GPUs "
+            f"{'s' if r['replicas'] != 1 else ''} x {r['gpus'] // r['replicas']} GPU = {r['gpus']} GPUs "
             f"at ${r['price_per_gpu_hour']:.2f}/GPU-h")
 
 
@@ -81,27 +82,29 @@ def finish(spec: PlanSpec, records: list[dict]) -> list[dict]:
     return ranked
 
 
-def plan_document(spec: PlanSpec, ranked: list[dict], wall_s: float | None = None) -> dict:
+def plan_document(spec: PlanSpec, ranked: list[dict], wall_s: float | None = None, probes: dict | None = None) -> dict:
     s, slo = spec.search, spec.slo
     return {
         "plan": spec.name, "file": spec.path, "target_rate": spec.target_rate,
         "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "percentile": slo.percentile,
                 "attainment": slo.attainment},
         "search": {"min_rate": s.min_rate, "max_rate": s.max_rate, "tolerance": s.tolerance,
-                   "num_requests": s.num_requests,
+                   "num_requests": s.num_requests, "reuse": s.reuse,
                    "seed": "the scenario's seed, the same for every probe (see each configuration's seed)"},
         "keys": list(spec.keys), "prices": spec.prices,
         "assumptions": ["replicas share the target rate evenly (a perfect router); the fleet is not simulated",
                         "a probe passes when the run drains with no rejection, the SLO percentiles of TTFT "
                         "and TPOT hold and the attainment share holds"],
         "wall_s": wall_s,
+        "probes": probes,
         "configurations": ranked,
     }
 
 
-CSV_COLS = ("rank", "index", "status", "gpu", "tensor_parallel_size", "max_rate", "capped", "ttft_s", "tpot_s",
-            "attainment", "kv_pool_tokens", "max_full_length_requests", "replicas", "gpus", "price_per_gpu_hour",
-            "cost_per_hour", "cost_per_million_output_tokens", "pareto", "num_probes", "reason")
+CSV_COLS = ("rank", "index", "status", "gpu", "tensor_parallel_size", "gpus_per_replica", "max_rate", "capped",
+            "ttft_s", "tpot_s", "attainment", "kv_pool_tokens", "max_full_length_requests", "replicas", "gpus", "price_per_gpu_hour",
+            "cost_per_hour", "cost_per_million_output_tokens", "pareto", "num_probes", "start_rate", "reused_from",
+            "probes_saved_estimate", "reason")
 
 
 def _cell(v) -> str:
@@ -122,7 +125,7 @@ def plan_csv(spec: PlanSpec, ranked: list[dict]) -> str:
         at, mem = r["at_max_rate"] or {}, r["memory"] or {}
         flat = {**r, "ttft_s": at.get("ttft_s"), "tpot_s": at.get("tpot_s"), "attainment": at.get("attainment"),
                 "kv_pool_tokens": mem.get("kv_pool_tokens"),
-                "max_full_length_requests": mem.get("max_full_length_requests"), "num_probes": len(r["probes"])}
+                "max_full_length_requests": mem.get("max_full_length_requests")}
         row = [json.dumps(v) if isinstance(v, (list, dict)) else v for v in (r["values"][k] for k in spec.keys)]
         w.writerow([_cell(flat.get(c)) for c in CSV_COLS[:2]] + [_cell(v) for v in row]
                    + [_cell(flat.get(c)) for c in rest])

@@ -24,31 +24,29 @@ import traceback
 import numpy as np
 
 from sim.errors import ConfigError
+from sim.plan.reuse import bisect, search_from
 
 
-def _percentile(values: list[float], q: float) -> float | None:
-    return float(np.percentile(np.asarray(values, dtype=float), q)) if values else None
+def _percentile(values, q: float) -> float | None:
+    return float(np.percentile(np.asarray(values, dtype=float), q)) if len(values) else None
 
 
 def judge(result, slo, rate: float) -> dict:
-    """A probe's verdict from a finished run's requests."""
-    from sim.engine.metrics import request_latencies
+    """A probe's verdict from a finished run's requests (read as columns)."""
+    from sim.engine.request_stats import RunRequests
 
-    reqs = result.requests
-    done = [r for r in reqs if r.finish_s is not None]
-    rejected = sum(1 for r in reqs if r.reject_reason is not None)
-    in_flight = len(reqs) - len(done) - rejected
-    lat = [request_latencies(r) for r in done]
-    ttft = _percentile([t for t, _, _ in lat], slo.percentile)
-    tpot = _percentile([p for _, p, _ in lat if p is not None], slo.percentile)
-    met = sum(1 for t, p, _ in lat if t <= slo.ttft_s and (p is None or p <= slo.tpot_s))
-    attained = met / len(reqs) if reqs else 0.0  # a rejected or unfinished request is a miss
-    passed = (in_flight == 0 and rejected == 0 and ttft is not None and ttft <= slo.ttft_s
+    rr = RunRequests(result.requests)
+    in_flight = rr.n - rr.num_done - rr.num_rejected
+    ttft = _percentile(rr.done_ttft(), slo.percentile)
+    tpot = _percentile(rr.done_tpot(), slo.percentile)
+    met = rr.meets(slo.ttft_s, slo.tpot_s)
+    attained = met / rr.n if rr.n else 0.0  # a rejected or unfinished request is a miss
+    passed = (in_flight == 0 and rr.num_rejected == 0 and ttft is not None and ttft <= slo.ttft_s
               and (tpot is None or tpot <= slo.tpot_s) and attained >= slo.attainment)
-    out_tokens = sum(r.num_output_tokens for r in done)
+    out_tokens = rr.done_sum("num_output_tokens")
     return {"rate": rate, "passed": passed, "ttft_s": ttft, "tpot_s": tpot, "attainment": attained,
-            "completed": len(done), "rejected": rejected, "in_flight": in_flight,
-            "mean_output_tokens": out_tokens / len(done) if done else None,
+            "completed": rr.num_done, "rejected": rr.num_rejected, "in_flight": in_flight,
+            "mean_output_tokens": out_tokens / rr.num_done if rr.num_done else None,
             "simulated_s": result.end_s}
 
 
@@ -77,14 +75,8 @@ def search_max_rate(evaluate, search) -> tuple[dict | None, list[dict]]:
             lo = p
         else:
             hi = p
-    while hi["rate"] - lo["rate"] > search.tolerance * lo["rate"]:
-        p = evaluate((lo["rate"] + hi["rate"]) / 2)
-        probes.append(p)
-        if p["passed"]:
-            lo = p
-        else:
-            hi = p
-    return lo, probes
+    return bisect(evaluate, search.tolerance, lo, hi, probes), probes
+
 
 
 def memory_summary(data: dict, source: str) -> dict:
@@ -99,26 +91,49 @@ def memory_summary(data: dict, source: str) -> dict:
             "max_model_len": plan.max_model_len}
 
 
-def evaluate_config(config, slo, search) -> dict:
+def cold_probe_estimate(search, max_rate: float | None) -> int:
+    """Probes the cold search (from ``min_rate``) would run if every rate up to ``max_rate``
+    passed and every rate above failed (None: even ``min_rate`` fails): the yardstick of a
+    warm-started configuration's ``probes_saved_estimate``."""
+    threshold = -1.0 if max_rate is None else max_rate
+    return len(search_max_rate(lambda r: {"rate": r, "passed": r <= threshold}, search)[1])
+
+
+def evaluate_config(config, slo, search, start: float | None = None, neighbour: int | None = None) -> dict:
     """The record of one configuration; never raises (a crash is an ``error`` record).
+    ``start``: begin the rate search there (bracket reuse: sim/plan/reuse.py, from
+    configuration ``neighbour``'s answer) rather than at ``search.min_rate``.
     Top-level so a process pool can ship it."""
     record = {"index": config.index, "values": config.values, "gpu": config.gpu,
-              "tensor_parallel_size": config.tensor_parallel_size, "seed": config.data.get("seed", 0),
+              "tensor_parallel_size": config.tensor_parallel_size,
+              "pipeline_parallel_size": config.pipeline_parallel_size,
+              "gpus_per_replica": config.tensor_parallel_size * config.pipeline_parallel_size,
+              "seed": config.data.get("seed", 0),
               "status": None, "reason": None, "memory": None, "max_rate": None, "capped": False,
-              "at_max_rate": None, "probes": []}
+              "at_max_rate": None, "start_rate": start, "reused_from": neighbour if start is not None else None,
+              "num_probes": 0, "probes_saved_estimate": None, "probes": []}
     try:
         record["memory"] = memory_summary(config.data, config.source)
     except ConfigError as exc:
         record.update(status="infeasible", reason=exc.message)
         return record
     try:
-        best, probes = search_max_rate(lambda r: probe(config.data, config.source, r, slo), search)
+        def evaluate(rate):
+            return probe(config.data, config.source, rate, slo)
+
+        if start is None:
+            best, probes = search_max_rate(evaluate, search)
+        else:
+            best, probes = search_from(evaluate, search, start)
     except Exception as exc:  # noqa: BLE001 -- recorded; the other configurations go on
         record.update(status="error", reason=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
         return record
-    record["probes"] = probes
+    record.update(probes=probes, num_probes=len(probes))
+    if start is not None:
+        cold = cold_probe_estimate(search, None if best is None else best["rate"])
+        record["probes_saved_estimate"] = cold - len(probes)
     if best is None:
-        first = probes[0]
+        first = min(probes, key=lambda p: p["rate"])  # the probe at min_rate
         record.update(status="slo-unreachable", reason=(
             f"fails the SLO at search.min_rate {search.min_rate:g} req/s "
             f"(p{slo.percentile:g} TTFT {_ms(first['ttft_s'])}, TPOT {_ms(first['tpot_s'])}, "

@@ -32,7 +32,7 @@ from sim.plan.prices import load_prices
 
 TOP_KEYS = ("name", "description", "scenario", "base", "slo", "target_rate", "space", "prices", "search")
 SLO_KEYS = ("ttft_s", "tpot_s", "percentile", "attainment")
-SEARCH_DEFAULTS = {"min_rate": 0.5, "max_rate": 64.0, "tolerance": 0.05, "num_requests": 600}
+SEARCH_DEFAULTS = {"min_rate": 0.5, "max_rate": 64.0, "tolerance": 0.05, "num_requests": 600, "reuse": True}
 #: Keys the plan itself sets in every probe: the space may not vary them.
 RESERVED = ("workload.arrival.rate", "workload.num_requests", "workload.duration_s", "seed", "slo",
             "cluster.num_replicas")
@@ -53,6 +53,7 @@ class SearchSpec:
     max_rate: float
     tolerance: float  # relative width of the final bracket
     num_requests: int  # per probe
+    reuse: bool = True  # bracket reuse along a pool key (sim/plan/reuse.py)
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class PlanConfig:
     gpu: str
     tensor_parallel_size: int
     price_per_gpu_hour: float
+    pipeline_parallel_size: int = 1  # a replica is tensor x pipeline parallel GPUs
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,10 @@ def _search(path: str, raw) -> SearchSpec:
                    _number(path, "search.max_rate", raw["max_rate"], low=0),
                    _number(path, "search.tolerance", raw["tolerance"], low=0, high=1),
                    _number(path, "search.num_requests", raw["num_requests"], low=10, low_open=False,
-                           high=1_000_000, integer=True))
+                           high=1_000_000, integer=True),
+                   raw["reuse"])
+    if not isinstance(s.reuse, bool):
+        raise ConfigError(path, "search.reuse", f"got {s.reuse!r}; expected true or false")
     if s.max_rate < s.min_rate:
         raise ConfigError(path, "search.max_rate", f"{s.max_rate:g} is below search.min_rate {s.min_rate:g}")
     return s
@@ -135,6 +140,10 @@ def _space(path: str, raw) -> dict:
         if any(key == r or key.startswith(r + ".") for r in RESERVED):
             raise ConfigError(path, f"space.{key}", f"the plan sets this key itself ({', '.join(RESERVED)}); "
                               "search over other keys")
+        if key == "cluster" or key.startswith("cluster."):
+            raise ConfigError(path, f"space.{key}", "the plan searches one replica and counts replicas itself "
+                              "(the fleet and its router are not simulated); search engine, scheduler, kv or "
+                              "gpu keys")
         if not isinstance(values, list) or not values:
             raise ConfigError(path, f"space.{key}", "expected a non-empty list of values")
         if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
@@ -197,7 +206,8 @@ def load_plan(path: str) -> PlanSpec:
             raise ConfigError(path, "prices", f"no price for gpu {sc.gpu!r}; shipped: "
                               f"{', '.join(sorted(prices))}; add prices: {{{sc.gpu}: USD_PER_GPU_HOUR}}")
         configs.append(PlanConfig(index, dict(zip(keys, combo)), data, source, sc.gpu,
-                                  sc.engine.tensor_parallel_size, prices[sc.gpu]["usd_per_gpu_hour"]))
+                                  sc.engine.tensor_parallel_size, prices[sc.gpu]["usd_per_gpu_hour"],
+                                  sc.engine.pipeline_parallel_size))
     name = doc.get("name") or Path(path).stem
     return PlanSpec(path, str(name), slo, target, search, keys, tuple(configs),
                     {c.gpu: prices[c.gpu] for c in configs})

@@ -15,7 +15,8 @@ def _money(v) -> str:
     return "-" if v is None else f"{v:,.2f}"
 
 
-def print_plan(spec: PlanSpec, ranked: list[dict], out_dir: Path, wall_s: float, top: int = 5) -> None:
+def print_plan(spec: PlanSpec, ranked: list[dict], out_dir: Path, wall_s: float, run=None) -> None:
+    """``run``: the PlanRun (sim/plan/runner.py), for the searched / reused and probe counts."""
     console = Console()
     if not console.is_terminal:
         console = Console(width=max(console.width, 160))
@@ -44,6 +45,16 @@ def print_plan(spec: PlanSpec, ranked: list[dict], out_dir: Path, wall_s: float,
               for s in ("feasible", "slo-unreachable", "infeasible", "error")}
     console.print(f"configurations {len(ranked)}: " + ", ".join(f"{s} {n}" for s, n in counts.items()),
                   highlight=False)
+    if run is not None:
+        st = run.stats
+        reuse = (f"; bracket reuse along {st['reuse_key']}: {st['warm_started']} warm starts, about "
+                 f"{st['saved_estimate']} probes saved" if st["reuse_key"] else "")
+        reused = f", reused {run.reused} (--resume)" if run.reused else ""
+        console.print(f"searched {run.computed}{reused}; probes run {st['run']}{reuse}", highlight=False)
+        if st["below_smaller_pool"]:
+            console.print(f"a larger pool sustained less than its smaller neighbour in configurations "
+                          f"{', '.join(map(str, st['below_smaller_pool']))} (plan.json probes.below_smaller_pool)",
+                          highlight=False)
     if not feasible:
         console.print("no configuration meets the SLO: see the reason column of plan.csv", highlight=False)
     console.print(f"wrote {out_dir}/ (plan.json, plan.csv, plan.html) in {wall_s:.1f} s", highlight=False)

@@ -127,11 +127,12 @@ class Executor:
             ray.shutdown()
             self._started_ray = False
 
-    def __call__(self, tasks: list[tuple], on_result) -> None:
+    def __call__(self, tasks: list[tuple], on_result, fn=run_point) -> None:
+        """``fn(*task)`` per task: a sweep's points by default (``sim plan`` passes its own)."""
         if self.kind == ExecutorKind.RAY:
-            run_ray(tasks, on_result, self.workers, self.ray_address, self.ray_timeout_s)
+            run_ray(tasks, on_result, self.workers, self.ray_address, self.ray_timeout_s, fn=fn)
         else:
-            run_local(tasks, on_result, self.workers)
+            run_local(tasks, on_result, self.workers, fn=fn)
 
 
 def make_executor(kind: ExecutorKind, workers: int, ray_address: str | None = None,

@@ -106,8 +106,10 @@ def _first_line(exc: BaseException) -> str:
 
 
 def run_ray(tasks: list[tuple], on_result, workers: int, address: str | None,
-            timeout_s: float = DEFAULT_RAY_TIMEOUT_S) -> None:
+            timeout_s: float = DEFAULT_RAY_TIMEOUT_S, fn=run_point) -> None:
     """Run each point as a Ray task (1 CPU each) on ``address``, or on a local Ray.
+    ``fn(*task)`` is a sweep's ``run_point`` by default (``sim plan`` passes its
+    configurations' searches); it must be a module-level function.
 
     A local Ray gets ``workers`` CPUs. On a cluster, every node needs kvsim installed and
     the scenario's data files (traces, empirical lengths) at the same paths. When Ray is
@@ -116,7 +118,7 @@ def run_ray(tasks: list[tuple], on_result, workers: int, address: str | None,
     started = connect_ray(address, workers, timeout_s)
     ray = _import_ray()
     try:
-        remote = ray.remote(num_cpus=1, max_retries=0)(run_point)
+        remote = ray.remote(num_cpus=1, max_retries=0)(fn)
         pending = [remote.remote(*task) for task in tasks]
         try:
             while pending:

@@ -49,6 +49,8 @@ BAD = [
     (lambda p: p.update(space={"gpu": ["l40s", "l40s"]}), "space.gpu: a value is repeated"),
     (lambda p: p.update(space={"workload.arrival.rate": [1, 2]}), "space.workload.arrival.rate: the plan sets"),
     (lambda p: p.update(space={"engine.bogus": [1, 2]}), "engine.bogus"),
+    (lambda p: p.update(space={"cluster.router": ["round-robin", "least-kv"]}), "space.cluster.router: the plan"),
+    (lambda p: p["search"].update(reuse="yes"), "search.reuse: got 'yes'"),
     (lambda p: p.update(space={"kv.block_size": [16, 0]}), "kv.block_size"),
     (lambda p: p.update(space={"gpu": ["a100-40gb"]}), "no price for gpu 'a100-40gb'"),
     (lambda p: p.update(prices={"l40s": -1}), "prices.l40s: got -1"),
@@ -77,3 +79,24 @@ def test_a_missing_file_and_bad_workers_exit_2(tmp_path, tiny_plan, write_plan, 
     assert main(["plan", str(tmp_path / "nope.yaml")]) == 2
     assert main(["plan", write_plan(tiny_plan), "--workers", "0"]) == 2
     assert all(line.startswith("error: ") for line in capsys.readouterr().err.strip().splitlines())
+
+
+def test_a_replica_is_tensor_x_pipeline_parallel_gpus(tiny_plan, write_plan):
+    from sim.plan.results import add_costs
+    from sim.plan.search import evaluate_config
+
+    tiny_plan["base"].update(model="llama-3-8b")
+    tiny_plan["base"]["engine"].pop("num_gpu_blocks_override")
+    tiny_plan["space"] = {"engine.tensor_parallel_size": [1, 2], "engine.pipeline_parallel_size": [1, 2]}
+    tiny_plan["slo"]["ttft_s"] = 1e-6  # unreachable at the first probe: one short simulation each
+    spec = load_plan(write_plan(tiny_plan))
+    assert [(c.tensor_parallel_size, c.pipeline_parallel_size) for c in spec.configs] == [(1, 1), (1, 2), (2, 1),
+                                                                                          (2, 2)]
+    for c in spec.configs:
+        rec = evaluate_config(c, spec.slo, spec.search)
+        assert rec["gpus_per_replica"] == c.tensor_parallel_size * c.pipeline_parallel_size
+        # a feasible record with max rate 30 at the target 100 req/s: 4 replicas of that many GPUs
+        costed = add_costs(spec, {**rec, "status": "feasible", "max_rate": 30.0,
+                                  "at_max_rate": {"mean_output_tokens": 50}})
+        assert costed["replicas"] == 4 and costed["gpus"] == 4 * rec["gpus_per_replica"]
+        assert costed["cost_per_hour"] == pytest.approx(costed["gpus"] * c.price_per_gpu_hour)

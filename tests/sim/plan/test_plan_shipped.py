@@ -1,0 +1,62 @@
+"""The issue's "done when" for every shipped plan: `sim plan` reports the best
+configuration's max rate R; plain `sim run` of that configuration (the CLI, the same seed
+and number of requests, `--set` of its values) meets the SLO at 0.9 R and misses it at 1.2 R."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from sim.cli.main import main
+from sim.plan.spec import load_plan
+
+ROOT = Path(__file__).resolve().parents[3]
+SHIPPED = ["plan-chatbot.yaml", "plan-fleet.yaml"]
+
+
+def plain_run(spec, best, rate, out: Path) -> dict:
+    """`sim run` of the best configuration at ``rate``; the SLO verdict from requests.csv."""
+    scenario = Path(spec.configs[best["index"]].source)
+    assert yaml.safe_load(scenario.read_text())["seed"] == best["seed"]  # sim run draws with the probes' seed
+    sets = [f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in best["values"].items()]
+    sets += [f"workload.num_requests={spec.search.num_requests}", f"workload.arrival.rate={rate!r}"]
+    args = ["run", str(scenario), "--out", str(out), "--no-report", "--steps", "none", "--quiet"]
+    for s in sets:
+        args += ["--set", s]
+    assert main(args) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    reqs = summary["requests"]
+    assert reqs["arrived"] == spec.search.num_requests == reqs["completed"] + reqs["rejected"] + reqs["in_flight"]
+    with open(out / "requests.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == spec.search.num_requests
+    done = [r for r in rows if r["status"] == "finished"]
+    ttft = np.percentile([float(r["ttft_s"]) for r in done], spec.slo.percentile)
+    tpots = [float(r["tpot_s"]) for r in done if r["tpot_s"] != ""]
+    tpot = np.percentile(tpots, spec.slo.percentile) if tpots else 0.0
+    met = sum(1 for r in done if float(r["ttft_s"]) <= spec.slo.ttft_s
+              and (r["tpot_s"] == "" or float(r["tpot_s"]) <= spec.slo.tpot_s))
+    attained = met / len(rows)
+    holds = (len(done) == len(rows) and ttft <= spec.slo.ttft_s and tpot <= spec.slo.tpot_s
+             and attained >= spec.slo.attainment)
+    return {"holds": holds, "ttft": ttft, "tpot": tpot, "attained": attained}
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_the_best_configuration_holds_at_0_9r_and_fails_at_1_2r(name, tmp_path):
+    path = str(ROOT / "scenarios" / name)
+    assert main(["plan", path, "--out", str(tmp_path / "plan"), "--workers", "2", "--quiet"]) == 0
+    doc = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    best = doc["configurations"][0]
+    assert best["rank"] == 1 and best["status"] == "feasible" and not best["capped"]
+    spec = load_plan(path)
+    rate = best["max_rate"]
+    low = plain_run(spec, best, 0.9 * rate, tmp_path / "low")
+    high = plain_run(spec, best, 1.2 * rate, tmp_path / "high")
+    assert low["holds"], low
+    assert not high["holds"], high
