@@ -36,6 +36,8 @@ _SUMMED = ("duration_s", "num_preempted", "swap_bytes")
 
 #: Rows kept in memory before they are written out (80 MB of rows).
 SPILL_ROWS = 1 << 20
+#: Rows read back from disk at a time (about 20 MB).
+READ_ROWS = 1 << 18
 
 
 class _Rows(IndexedSequence):
@@ -72,7 +74,7 @@ class _Spill:
         self.rows += n
 
     def read(self, piece: tuple[int, int, int, str], a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
-        """Rows ``a`` to ``b`` (within the piece) as (doubles, int64 counts)."""
+        """Rows ``a`` to ``b`` (within the piece) as (doubles, counts in the piece's width)."""
         _, n, offset, typecode = piece
         size = 4 if typecode == "i" else 8
         self.file.seek(0)  # np.fromfile's offset counts from the current position
@@ -80,7 +82,7 @@ class _Spill:
         self.file.seek(0)
         c = np.fromfile(self.file, dtype=np.int32 if size == 4 else np.int64, count=14 * (b - a),
                         offset=offset + 24 * n + 14 * size * a)
-        return f.reshape(-1, 3), c.astype(np.int64).reshape(-1, 14)
+        return f.reshape(-1, 3), c.reshape(-1, 14)
 
 
 class StepLog:
@@ -108,7 +110,7 @@ class StepLog:
 
     def row(self, i: int) -> tuple:  # COLUMNS order, counts as ints
         if self._spill is not None:
-            return tuple(v.item() if j in _COUNT_COLS else float(v) for j, v in enumerate(self.table(i, i + 1)[0]))
+            return tuple(float(v) if j < 2 else int(v) for j, v in enumerate(self.table(i, i + 1)[0]))
         f = self._f[3 * i:3 * i + 3]
         c = self._c[14 * i:14 * i + 14]
         return (f[0], f[1], *c[:8], int(f[2]), *c[8:])
@@ -188,8 +190,7 @@ class StepLog:
             return pieces[0]
         if not pieces:
             return np.zeros((0, 3)), np.zeros((0, 14), dtype=np.int64)
-        return (np.concatenate([f for f, _ in pieces]),
-                np.concatenate([c.astype(np.int64) for _, c in pieces]))
+        return np.concatenate([f for f, _ in pieces]), np.concatenate([c for _, c in pieces])  # widest ints
 
     def table(self, start: int = 0, stop: int | None = None) -> np.ndarray:
         """Steps ``start`` to ``stop`` as a (steps x columns) float array (a copy: the log
@@ -206,11 +207,11 @@ class StepLog:
         only: the log cannot grow while such a view is alive) unless it spilled to disk."""
         return _columns(*self._views(), copy=copy and not self.spilled)
 
-    def chunks(self, rows: int = SPILL_ROWS) -> Iterator[dict[str, np.ndarray]]:
-        """The log as column dicts of at most ``rows`` steps each, in order (one piece, the
-        log itself without copies, when it never spilled and fits)."""
+    def chunks(self, rows: int = READ_ROWS) -> Iterator[dict[str, np.ndarray]]:
+        """The log as column dicts, in order: one piece, the log itself without copies, when
+        it never spilled; else pieces of at most ``rows`` steps read back from disk."""
         n = len(self)
-        if not self.spilled and n <= rows:
+        if not self.spilled:
             yield self.array(copy=False)
             return
         for start in range(0, n, rows):
@@ -226,7 +227,7 @@ class StepLog:
             return self.array(copy=not self.spilled)
         k = -(-n // max_rows)
         parts: list[dict[str, np.ndarray]] = []
-        for chunk in self.chunks(-(-SPILL_ROWS // k) * k):  # whole runs per chunk
+        for chunk in self.chunks(-(-READ_ROWS // k) * k):  # whole runs per chunk
             m = chunk["time_s"].size
             edges = np.arange(0, m, k)
             dur = chunk["duration_s"]
