@@ -134,16 +134,17 @@ class RequestLog(IndexedSequence):
         req.admit_seq, req.slot_room = -1, 0
         return req
 
-    def columns(self, names: Iterable[str] = FIELDS) -> dict[str, np.ndarray]:
-        """The named FIELDS over every request, in arrival order, as float arrays (NaN for
-        a time not reached; ``status``: index into :data:`STATUSES`; ``reject_reason``:
-        index into :meth:`reasons`, -1 for none)."""
+    def columns(self, names: Iterable[str] = FIELDS, start: int = 0, stop: int | None = None) -> dict[str, np.ndarray]:
+        """The named FIELDS of requests ``start`` to ``stop`` (all by default), in arrival
+        order, as float arrays (NaN for a time not reached; ``status``: index into
+        :data:`STATUSES`; ``reject_reason``: index into :meth:`reasons`, -1 for none)."""
         names = tuple(names)
-        idx = np.frombuffer(self._row_of, dtype=np.int64) if len(self._row_of) else np.zeros(0, np.int64)
+        stop = len(self) if stop is None else min(stop, len(self))
+        idx = np.frombuffer(self._row_of, dtype=np.int64)[start:stop] if len(self._row_of) else np.zeros(0, np.int64)
         rows = np.frombuffer(self._rows, dtype=float).reshape(-1, _NF) if len(self._rows) else np.zeros((0, _NF))
         retired = idx >= 0
-        live = sorted(self._live)
-        live_rows = [_row(self._live[i], self._reasons) for i in live]
+        live = sorted(i - start for i in self._live if start <= i < stop)
+        live_rows = [_row(self._live[i + start], self._reasons) for i in live]
         out = {}
         for name in names:
             j = _INDEX[name]
@@ -159,13 +160,16 @@ class RequestLog(IndexedSequence):
         return list(self._reasons)
 
 
-def request_columns(requests, names: Iterable[str] = FIELDS) -> tuple[dict[str, np.ndarray], list[str]]:
-    """(columns, reject reasons by code) of ``requests``: a :class:`RequestLog` or any
-    sequence of Request objects (a real engine's, a test's)."""
+def request_columns(requests, names: Iterable[str] = FIELDS, start: int = 0,
+                    stop: int | None = None) -> tuple[dict[str, np.ndarray], list[str]]:
+    """(columns, reject reasons by code) of requests ``start`` to ``stop`` (all by default)
+    of ``requests``: a :class:`RequestLog` or any sequence of Request objects (a real
+    engine's, a test's). Reason codes are the whole log's."""
     if isinstance(requests, RequestLog):
-        return requests.columns(names), requests.reasons()
+        cols = requests.columns(names, start, stop)
+        return cols, requests.reasons()
     reasons: dict[str, int] = {}
-    rows = [_row(r, reasons) for r in requests]
+    rows = [_row(r, reasons) for r in requests[start:stop]]
     table = np.array(rows, dtype=float).reshape(-1, _NF)
     return {name: table[:, _INDEX[name]] for name in names}, list(reasons)
 

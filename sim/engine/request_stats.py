@@ -37,9 +37,10 @@ def latency_columns(c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, n
 class RunRequests:
     """What summary.json and the outputs read about a run's requests, from its columns."""
 
-    def __init__(self, requests, extra: tuple[str, ...] = ()) -> None:
+    def __init__(self, requests, extra: tuple[str, ...] = (), start: int = 0, stop: int | None = None) -> None:
+        """Requests ``start`` to ``stop`` of ``requests`` (all by default)."""
         names = tuple(dict.fromkeys(LATENCY_INPUTS + ("num_prompt_tokens", "reject_reason", "status") + extra))
-        self.c, reasons = request_columns(requests, names)
+        self.c, reasons = request_columns(requests, names, start, stop)
         self.reasons = reasons  # reject reason by code
         self.n = self.c["arrival_s"].size
         self.done = ~np.isnan(self.c["finish_s"])
