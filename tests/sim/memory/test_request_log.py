@@ -94,8 +94,9 @@ def test_a_log_mixes_live_and_retired_requests(make_request) -> None:
     cols = log.columns(("num_prompt_tokens", "reject_reason"))
     assert cols["num_prompt_tokens"].tolist() == [10, 11, 12, 13]
     assert cols["reject_reason"].tolist() == [-1, -1, 0, -1] and log.reasons() == ["prompt_too_long"]
-    part = log.columns(("num_prompt_tokens", "finish_s"), 1, 3)  # a range: one live, one retired
-    assert part["num_prompt_tokens"].tolist() == [11, 12] and part["finish_s"][0] == 2.0
+    part = log.columns(("num_prompt_tokens", "finish_s"), 0, 2)  # a range: one live, one retired
+    assert part["num_prompt_tokens"].tolist() == [10, 11] and part["finish_s"][1] == 2.0
+    assert np.isnan(part["finish_s"][0])
     cols_part, _ = request_columns(reqs, ("num_prompt_tokens",), 2, 4)  # a list of objects too
     assert cols_part["num_prompt_tokens"].tolist() == [12, 13]
     with pytest.raises(ValueError):
