@@ -43,8 +43,8 @@ from typing import Any
 from sim.calib.composition import Composition, composition_from_dict
 from sim.calib.interconnect import Interconnect, interconnect_from_dict, interconnect_to_dict
 from sim.errors import ConfigError, read_yaml_file
-from sim.calib.kernel_models import KernelFit, features, kernel_fit_from_dict, roofline_s
-from sim.calib.precision import Precision, precision_from_dict, precision_to_dict
+from sim.calib.kernel_models import RIDGE_SHARPNESS, KernelFit, features, kernel_fit_from_dict, roofline_s
+from sim.calib.precision import PRECISION_KEYS, Precision, precision_from_dict, precision_to_dict
 
 SCHEMA_VERSION = 2
 SUPPORTED_SCHEMAS = (1, 2)
@@ -116,7 +116,7 @@ class Calibration:
                 else self.effective_bandwidth_bytes_per_s,
                 "flops_per_s": self.peak_flops * self.compute_eff_max, "x_half": self.compute_m_half_tokens,
                 "overhead_s": self.step_overhead_s if kernel == "step" else self.kernel_launch_s,
-                "item_s": 0.0, "sharpness": math.inf}
+                "item_s": 0.0, "sharpness": RIDGE_SHARPNESS if kernel == "gemm" else math.inf}
 
     def compute_efficiency(self, m: float) -> float:
         """Achieved fraction of ``peak_flops`` for a GEMM with ``m`` rows (tokens); 0 at m=0."""
@@ -203,12 +203,12 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
     """Validate a parsed calibration mapping; errors name ``file`` and the key path."""
     if not isinstance(data, dict):
         raise ConfigError(file, "<root>", "a calibration must be a YAML mapping")
-    allowed = {**_TOP_KEYS, "compute_efficiency": None, "provenance": None, "compute_peaks": None, "dequant": None,
+    allowed = {**_TOP_KEYS, "compute_efficiency": None, "provenance": None, **dict.fromkeys(PRECISION_KEYS),
                "profiles": None, "interconnect": None}
     if data.get("schema") == 2:
         allowed["kernels"] = None
         allowed["composition"] = None
-    optional = {"provenance", "kernels", "composition", "compute_peaks", "dequant", "profiles", "interconnect"}
+    optional = {"provenance", "kernels", "composition", *PRECISION_KEYS, "profiles", "interconnect"}
     _check_keys(data, allowed, set(allowed) - optional, file, "")
     v = {k: _check(data[k], kind, rule, file, k) for k, (kind, rule) in _TOP_KEYS.items()}
     if v["schema"] not in SUPPORTED_SCHEMAS:

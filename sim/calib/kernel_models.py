@@ -39,6 +39,14 @@ from sim.errors import ConfigError
 from sim.model.dtypes import DTYPE_BYTES
 
 PARAM_NAMES = ("bandwidth_bytes_per_s", "flops_per_s", "x_half", "overhead_s", "item_s", "sharpness")
+#: The sharpness of a datasheet GEMM (sim/cost/datasheet.py, Calibration.kernel_params): how far its
+#: weight reads and its math overlap near the roofline's ridge, where the GEMM takes 2^(1/p) = 1.6x
+#: the larger of the two. Fitted with this module's form (x_half free) on 36,516 real A100
+#: linear-layer timings (benchmarks/microbench_a100_gemm.py, Vidur's data): p = 1.5 on
+#: Llama-3-8B's shapes (x_half 8.0, the other seven models held out at 6.7% MAPE), 1.5 on
+#: Llama-3-8B + phi-2 (x_half 6.6), 1.41 on all eight models (x_half ~0); the datasheets'
+#: ``m_half_tokens`` (8) come from the same fits.
+RIDGE_SHARPNESS = 1.5
 Shape = dict
 
 

@@ -14,6 +14,14 @@ Two optional calibration sections (schema 1 and 2; sim/calib/calibration.py read
       int4: 0.97
       fp8: 0.85
       source: text          # optional: where the fractions come from
+    mode_efficiency:        # optional: the share of the bf16 GEMMs' achieved efficiency a mode's
+      fp8: 0.86             # GEMMs reach of their own peak, in (0, 1] (bf16: 1 by definition)
+      source: text          # optional: where the fractions come from
+
+A lower-precision mode doubles the tensor cores' multiply-accumulate rate but not the rest of
+a GEMM tile's work (loading the operand pipeline, the epilogue that scales and writes the
+16-bit output tile), so its GEMMs reach a smaller fraction of their (twice as high) peak
+than bf16 GEMMs do of theirs: ``mode_efficiency`` scales the mode's speedup over bf16.
 
 The mode names are the scenario's ``engine.compute_dtype`` choices. Each number is checked
 like the other calibration keys (one-line ConfigError: file, key, allowed range). A mode or
@@ -22,10 +30,10 @@ the calibration file, ``compute_peaks.<mode>`` (or ``dequant.<dtype>``) and what
 
 ``gemm_precision`` resolves a run's weight dtype and ``engine.compute_dtype`` into what the
 cost models charge (sim/cost/datasheet.py documents the rules): the GEMMs run at
-``peak_flops x compute_peaks[mode] / compute_peaks.bf16`` (a measured calibration's
-``peak_flops`` is its fitted throughput; a datasheet's is the bf16 peak, so this is the
-mode's peak). A calibration with neither
-section gives the legacy numbers exactly: every mode at ``peak_flops``, activations in the
+``peak_flops x compute_peaks[mode] / compute_peaks.bf16 x mode_efficiency[mode]`` (a measured
+calibration's ``peak_flops`` is its fitted throughput; a datasheet's is the bf16 peak, so this is
+the mode's peak, scaled by its ``mode_efficiency``). A calibration with none of the three
+sections gives the legacy numbers exactly: every mode at ``peak_flops``, activations in the
 weight dtype, no dequantisation cost.
 """
 
@@ -41,6 +49,10 @@ from sim.model.dtypes import dtype_name
 
 COMPUTE_MODES = ("bf16", "fp16", "fp16-acc16", "fp8", "int8")
 DEQUANT_DTYPES = ("int8", "int4", "fp8")
+#: Modes ``mode_efficiency`` may name (bf16 is the reference, 1 by definition).
+EFFICIENCY_MODES = tuple(m for m in COMPUTE_MODES if m != "bf16")
+#: The calibration sections this module reads (sim/calib/calibration.py allows them).
+PRECISION_KEYS = ("compute_peaks", "dequant", "mode_efficiency")
 #: Math modes with 16-bit activations: quantised weights are dequantised to them (weight-only).
 SIXTEEN_BIT_MODES = ("bf16", "fp16", "fp16-acc16")
 PEAK_RANGE = (1e6, 1e18)  # as peak_flops
@@ -56,6 +68,9 @@ class Precision:
     dequant: dict[str, float] | None = None  # None: no dequant section (weight-only reads cost bytes only)
     dequant_source: str | None = None
     has_compute_peaks: bool = True  # False: the file has only a dequant section
+    #: achieved efficiency of a mode's GEMMs relative to bf16's (module docstring); None: all 1
+    mode_efficiency: dict[str, float] | None = None
+    mode_efficiency_source: str | None = None
 
     def peak(self, mode: str) -> float:
         """The dense peak of math mode ``mode``; ConfigError naming ``compute_peaks.<mode>`` if absent."""
@@ -66,9 +81,10 @@ class Precision:
         return self.compute_peaks[mode]
 
     def speedup(self, mode: str) -> float:
-        """peak(mode) / the bf16 peak: what the cost models scale ``peak_flops`` (or a fitted
-        GEMM's throughput) by; exactly 1.0 for bf16."""
-        return self.peak(mode) / self.compute_peaks["bf16"]
+        """peak(mode) / the bf16 peak x the mode's ``mode_efficiency`` (1 when absent): what the
+        cost models scale ``peak_flops`` (or a fitted GEMM's throughput) by; exactly 1.0 for bf16."""
+        eff = (self.mode_efficiency or {}).get(mode, 1.0)
+        return self.peak(mode) / self.compute_peaks["bf16"] * eff
 
     def weight_read_efficiency(self, weight_dtype: str) -> float:
         """The fraction of the bandwidth a weight-only GEMM of ``weight_dtype`` reaches (1.0 without a
@@ -154,7 +170,7 @@ def precision_from_dict(data: dict, *, file: str, peak_flops: float) -> Precisio
     A datasheet's ``compute_peaks.bf16`` must equal ``peak_flops``; a measured calibration's
     ``peak_flops`` is its fitted GEMM throughput, so its bf16 entry (the datasheet peak) may
     differ: the cost models use the ratios of the peaks to bf16."""
-    if "compute_peaks" not in data and "dequant" not in data:
+    if not any(key in data for key in PRECISION_KEYS):
         return None
     peaks = {"bf16": peak_flops}
     if "compute_peaks" in data:
@@ -174,8 +190,23 @@ def precision_from_dict(data: dict, *, file: str, peak_flops: float) -> Precisio
             source = raw["source"]
             if not isinstance(source, str) or not source.strip():
                 raise ConfigError(file, "dequant.source", f"expected a non-empty string, got {source!r}")
+    mode_eff, mode_source = None, None
+    if "mode_efficiency" in data:
+        raw = _mapping(data["mode_efficiency"], file, "mode_efficiency", (*EFFICIENCY_MODES, "source"))
+        mode_eff = {m: _number(raw[m], file, f"mode_efficiency.{m}", fraction=True)
+                    for m in EFFICIENCY_MODES if m in raw}
+        mode_source = _source(raw, file, "mode_efficiency.source")
     return Precision(file=file, compute_peaks=peaks, dequant=dequant, dequant_source=source,
-                     has_compute_peaks="compute_peaks" in data)
+                     has_compute_peaks="compute_peaks" in data, mode_efficiency=mode_eff,
+                     mode_efficiency_source=mode_source)
+
+
+def _source(raw: dict, file: str, key: str) -> str | None:
+    """An optional non-empty ``source`` text of a section."""
+    source = raw.get("source")
+    if source is not None and (not isinstance(source, str) or not source.strip()):
+        raise ConfigError(file, key, f"expected a non-empty string, got {source!r}")
+    return source
 
 
 def precision_to_dict(p: Precision | None) -> dict:
@@ -189,8 +220,12 @@ def precision_to_dict(p: Precision | None) -> dict:
         out["dequant"] = {d: float(v) for d, v in p.dequant.items()}
         if p.dequant_source:
             out["dequant"]["source"] = p.dequant_source
+    if p.mode_efficiency is not None:
+        out["mode_efficiency"] = {m: float(v) for m, v in p.mode_efficiency.items()}
+        if p.mode_efficiency_source:
+            out["mode_efficiency"]["source"] = p.mode_efficiency_source
     return out
 
 
-__all__ = ["COMPUTE_MODES", "DEQUANT_DTYPES", "GemmPrecision", "Precision", "gemm_precision",
+__all__ = ["COMPUTE_MODES", "DEQUANT_DTYPES", "EFFICIENCY_MODES", "PRECISION_KEYS", "GemmPrecision", "Precision", "gemm_precision",
            "precision_from_dict", "precision_to_dict"]

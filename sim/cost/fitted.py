@@ -31,7 +31,8 @@ routing kernel per MoE layer).
 Precision: the GEMM's math mode is resolved as in sim/cost/datasheet.py. The fitted ``gemm``
 is measured per dtype (its grid rows name one): a shape whose (n, k, dtype) row was measured
 uses the measurement, which includes any dequantisation. Otherwise the analytic form is
-used with its fitted ``flops_per_s`` scaled by compute_peaks[mode] / compute_peaks.bf16 and its
+used with its fitted ``flops_per_s`` scaled by Precision.speedup(mode) (compute_peaks[mode] /
+compute_peaks.bf16 x mode_efficiency[mode]) and its
 bandwidth by the weight-only ``dequant`` fraction, when the calibration has those sections;
 without them the fitted form is used as it is (the legacy charge, the dtype named by the
 weights' element size).

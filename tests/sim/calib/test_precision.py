@@ -66,7 +66,7 @@ def test_round_trip_of_a_dequant_only_file() -> None:
 
 
 def test_without_the_new_keys_there_is_no_precision() -> None:
-    cal = calibration_from_dict(_data(compute_peaks=None, dequant=None), file="x.yaml")
+    cal = calibration_from_dict(_data(compute_peaks=None, dequant=None, mode_efficiency=None), file="x.yaml")
     assert cal.precision is None and "compute_peaks" not in calibration_to_dict(cal)
     # the legacy charge: every mode at peak_flops, activations in the weight dtype, no dequant
     for mode in (None, *COMPUTE_MODES):
@@ -99,7 +99,8 @@ def test_bad_values_are_one_line_errors(changes: dict, key: str, words: str) -> 
 
 def test_a_measured_calibration_keeps_its_datasheet_peaks_as_ratios() -> None:
     # a measured calibration's peak_flops is its fitted GEMM throughput, not the datasheet's bf16 peak
-    data = _data(source="measured", peak_flops=7e14, compute_peaks={"bf16": 989e12, "fp8": 1979e12})
+    data = _data(source="measured", peak_flops=7e14, compute_peaks={"bf16": 989e12, "fp8": 1979e12},
+                 mode_efficiency=None)
     cal = calibration_from_dict(data, file="m.yaml")
     assert cal.precision.speedup("fp8") == pytest.approx(2.001, rel=1e-3)
     assert gemm_precision(cal, "fp8", 1, None).peak_flops == pytest.approx(7e14 * 1979 / 989)
@@ -147,5 +148,7 @@ def test_compute_dtype_follows_the_weights(gpu, weights, nbytes, compute, expect
     cal = load_calibration(gpu)
     gp = gemm_precision(cal, weights, nbytes, compute)
     assert (gp.compute, gp.weight_only) == (expected, weight_only)
-    assert gp.peak_flops == pytest.approx(cal.precision.compute_peaks[expected], rel=1e-12) and gp.act_bytes == 2
+    eff = (cal.precision.mode_efficiency or {}).get(expected, 1.0)  # fp8 on H100: below its datasheet peak
+    assert gp.peak_flops == pytest.approx(cal.precision.compute_peaks[expected] * eff, rel=1e-12)
+    assert gp.act_bytes == 2
     assert gp.weight_read_efficiency == (cal.precision.dequant[weights] if weight_only else 1.0)
