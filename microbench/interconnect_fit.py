@@ -9,10 +9,11 @@ factor is 2 (n - 1) / n for an all-reduce (busbw = algbw x 2 (n - 1) / n), (n - 
 an all-gather whose gathered result is S bytes, and 1 for a send/recv (algbw = busbw). The
 fit is a non-negative least squares on relative residuals ((fit - t) / t), so a 4 KiB
 message's microseconds count as much as a 256 MiB message's milliseconds, and its MAPE is
-reported. The calibration's ``interconnect:`` section (sim/calib/interconnect.py) takes one
-all-reduce bus bandwidth and latency for every GPU count: ``to_interconnect`` writes the
-largest GPU count's (the node's full tensor-parallel width) and ``provenance_text`` keeps
-every count's fit, the all-gather's included, in the calibration's provenance.
+reported. ``to_interconnect`` writes the calibration's ``interconnect:`` section
+(sim/calib/interconnect.py): the largest GPU count's all-reduce (the node's full
+tensor-parallel width) as the top-level numbers, which a GPU count without its own serves,
+and every measured count's all-reduce and all-gather fits under ``by_num_gpus``;
+``provenance_text`` keeps every fit with its error in the calibration's provenance.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import nnls
 
-from sim.calib.interconnect import Interconnect
+from sim.calib.interconnect import CountNumbers, Interconnect
 from sim.errors import ConfigError
 
 KERNELS = ("allreduce", "allgather", "sendrecv")
@@ -110,7 +111,8 @@ def describe(f: LinkFit) -> str:
 
 
 def to_interconnect(fits: dict[tuple[str, int], LinkFit], *, link: str, source: str) -> Interconnect:
-    """The calibration section: the largest GPU count's all-reduce; send/recv as the p2p numbers."""
+    """The calibration section: the largest GPU count's all-reduce at the top level, every
+    count's all-reduce and all-gather under ``by_num_gpus``, send/recv as the p2p numbers."""
     counts = sorted(n for kernel, n in fits if kernel == "allreduce")
     if not counts:
         raise ConfigError("<measurements>", "allreduce", "no all-reduce was measured")
@@ -119,7 +121,20 @@ def to_interconnect(fits: dict[tuple[str, int], LinkFit], *, link: str, source: 
     return Interconnect(allreduce_bus_bandwidth_bytes_per_s=ar.bandwidth_bytes_per_s,
                         allreduce_latency_s=ar.latency_s, link=link, source=source,
                         p2p_bandwidth_bytes_per_s=p2p.bandwidth_bytes_per_s if p2p else None,
-                        p2p_latency_s=p2p.latency_s if p2p else None)
+                        p2p_latency_s=p2p.latency_s if p2p else None, by_num_gpus=by_num_gpus(fits))
+
+
+def by_num_gpus(fits: dict[tuple[str, int], LinkFit]) -> tuple[tuple[int, CountNumbers], ...]:
+    """Each measured GPU count's all-reduce and all-gather (a count missing one leaves it to the top level)."""
+    out = []
+    for n in sorted({n for kernel, n in fits if kernel in ("allreduce", "allgather")}):
+        ar, ag = fits.get(("allreduce", n)), fits.get(("allgather", n))
+        out.append((n, CountNumbers(
+            allreduce_bus_bandwidth_bytes_per_s=ar.bandwidth_bytes_per_s if ar else None,
+            allreduce_latency_s=ar.latency_s if ar else None,
+            allgather_bus_bandwidth_bytes_per_s=ag.bandwidth_bytes_per_s if ag else None,
+            allgather_latency_s=ag.latency_s if ag else None)))
+    return tuple(out)
 
 
 def provenance_text(fits: dict[tuple[str, int], LinkFit], *, setup: str) -> str:
@@ -138,8 +153,9 @@ def provenance_text(fits: dict[tuple[str, int], LinkFit], *, setup: str) -> str:
     return (f"measured: {setup}; each fitted as time = latency + bytes x factor / bandwidth over "
             f"{min(sizes):,}-{max(sizes):,} B messages, busbw as nccl-tests defines it (NVIDIA/nccl-tests "
             "doc/PERFORMANCE.md: all-reduce algbw x 2(n-1)/n, all-gather algbw x (n-1)/n). "
-            + ". ".join(parts) + ". The interconnect section holds the largest GPU count's all-reduce "
-            "(it takes one value for every count) and send/recv as p2p")
+            + ". ".join(parts) + ". The interconnect section holds every count's all-reduce and all-gather "
+            "under by_num_gpus, the largest count's all-reduce at its top level (for counts not measured) "
+            "and send/recv as p2p")
 
 
 def read_records(path: str | Path) -> tuple[list[dict], dict | None]:

@@ -9,6 +9,10 @@ An optional calibration section (schema 1 and 2; sim/calib/calibration.py reads 
       p2p_latency_s: 8.0e-06                         # optional
       link: nvlink4                                  # nvlink3, nvlink4, nvlink5, pcie3, pcie4, pcie5
       source: text                                   # optional: where the numbers come from
+      by_num_gpus:                                   # optional: numbers measured at one GPU count
+        2: {allreduce_bus_bandwidth_bytes_per_s: 3.5e+11, allreduce_latency_s: 6.0e-06,
+            allgather_bus_bandwidth_bytes_per_s: 3.3e+11, allgather_latency_s: 5.0e-06}
+        8: {allreduce_latency_s: 1.2e-05}            # each key optional
 
 Bus bandwidth is nccl-tests' ``busbw`` (NVIDIA/nccl-tests doc/PERFORMANCE.md): for an
 all-reduce of S bytes over n GPUs, busbw = S / time x 2 (n - 1) / n, which makes it
@@ -19,6 +23,15 @@ all-reduce takes
 
 and an all-gather whose result is S bytes, (n - 1) / n x S / bus bandwidth plus the same
 latency (NCCL's all-gather busbw is S / time x (n - 1) / n; taken equal to the all-reduce's).
+
+Bus bandwidth and latency differ with the GPU count (a ring over 8 GPUs has more hops than
+over 2; NVSwitch's in-network reduction changes the picture again), so ``by_num_gpus`` may
+give an exact count its own all-reduce and all-gather numbers (microbench calibrate writes one
+entry per GPU count it timed). A collective over n GPUs takes each number from
+``by_num_gpus[n]`` when that key is there, else from the top level: the top-level all-reduce
+numbers for the all-reduce, and (as without the section) for the all-gather too. There is no
+interpolation between counts: a count without an entry uses the top level.
+
 The p2p numbers time pipeline parallelism's activation transfers between stages: a send of
 S bytes from one GPU to the next takes ``p2p_latency_s + S / p2p_bandwidth_bytes_per_s``
 (``p2p_s``); a run with ``engine.pipeline_parallel_size`` > 1 on a calibration without them is
@@ -45,8 +58,26 @@ _KEYS: dict[str, tuple[tuple[float, float], bool]] = {
     "p2p_bandwidth_bytes_per_s": (_BANDWIDTH, False),
     "p2p_latency_s": (_LATENCY, False),
 }
-_ALLOWED = (*_KEYS, "link", "source")
+#: the keys of one ``by_num_gpus`` entry, all optional
+_COUNT_KEYS: dict[str, tuple[float, float]] = {
+    "allreduce_bus_bandwidth_bytes_per_s": _BANDWIDTH,
+    "allreduce_latency_s": _LATENCY,
+    "allgather_bus_bandwidth_bytes_per_s": _BANDWIDTH,
+    "allgather_latency_s": _LATENCY,
+}
+_NUM_GPUS = (2, 1024)  # the GPU counts a by_num_gpus entry may name
+_ALLOWED = (*_KEYS, "link", "source", "by_num_gpus")
 _FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+@dataclass(frozen=True)
+class CountNumbers:
+    """One ``by_num_gpus`` entry: the collectives' numbers at one GPU count (None: the top level's)."""
+
+    allreduce_bus_bandwidth_bytes_per_s: float | None = None
+    allreduce_latency_s: float | None = None
+    allgather_bus_bandwidth_bytes_per_s: float | None = None
+    allgather_latency_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -59,20 +90,38 @@ class Interconnect:
     p2p_bandwidth_bytes_per_s: float | None = None
     p2p_latency_s: float | None = None
     source: str | None = None
+    #: ((GPU count, its numbers), ...) in increasing count: ``by_num_gpus`` (module docstring)
+    by_num_gpus: tuple[tuple[int, CountNumbers], ...] = ()
+
+    def numbers(self, num_gpus: int) -> CountNumbers:
+        """The four collective numbers used at ``num_gpus`` GPUs: the exact count's entry, else the top level's."""
+        own = dict(self.by_num_gpus).get(num_gpus, CountNumbers())
+        bw, lat = self.allreduce_bus_bandwidth_bytes_per_s, self.allreduce_latency_s
+        pick = lambda v, top: top if v is None else v  # noqa: E731
+        return CountNumbers(pick(own.allreduce_bus_bandwidth_bytes_per_s, bw), pick(own.allreduce_latency_s, lat),
+                            pick(own.allgather_bus_bandwidth_bytes_per_s, bw), pick(own.allgather_latency_s, lat))
+
+    def allreduce_latency(self, num_gpus: int) -> float:
+        """A small all-reduce's time over ``num_gpus`` GPUs."""
+        return self.numbers(num_gpus).allreduce_latency_s
+
+    def allgather_latency(self, num_gpus: int) -> float:
+        """A small all-gather's time over ``num_gpus`` GPUs."""
+        return self.numbers(num_gpus).allgather_latency_s
 
     def allreduce_s_per_byte(self, num_gpus: int) -> float:
         """Seconds per byte of a ring all-reduce over ``num_gpus`` GPUs: 2 (n - 1) / n / busbw."""
-        return 2.0 * (num_gpus - 1) / num_gpus / self.allreduce_bus_bandwidth_bytes_per_s
+        return 2.0 * (num_gpus - 1) / num_gpus / self.numbers(num_gpus).allreduce_bus_bandwidth_bytes_per_s
 
     def allgather_s_per_byte(self, num_gpus: int) -> float:
         """Seconds per gathered byte of a ring all-gather over ``num_gpus`` GPUs: (n - 1) / n / busbw."""
-        return (num_gpus - 1) / num_gpus / self.allreduce_bus_bandwidth_bytes_per_s
+        return (num_gpus - 1) / num_gpus / self.numbers(num_gpus).allgather_bus_bandwidth_bytes_per_s
 
     def allreduce_s(self, num_bytes: float, num_gpus: int) -> float:
         """One ring all-reduce of ``num_bytes`` over ``num_gpus`` GPUs (0 for one GPU)."""
         if num_gpus <= 1:
             return 0.0
-        return self.allreduce_latency_s + num_bytes * self.allreduce_s_per_byte(num_gpus)
+        return self.allreduce_latency(num_gpus) + num_bytes * self.allreduce_s_per_byte(num_gpus)
 
     def p2p_s(self, num_bytes: float) -> float:
         """One point-to-point send of ``num_bytes`` to the next GPU: latency + bytes / bandwidth.
@@ -83,7 +132,7 @@ class Interconnect:
         """One all-gather whose gathered result is ``num_bytes`` (0 for one GPU)."""
         if num_gpus <= 1:
             return 0.0
-        return self.allreduce_latency_s + num_bytes * self.allgather_s_per_byte(num_gpus)
+        return self.allgather_latency(num_gpus) + num_bytes * self.allgather_s_per_byte(num_gpus)
 
 
 def _number(value: Any, file: str, key: str, lo: float, hi: float) -> float:
@@ -118,7 +167,40 @@ def interconnect_from_dict(data: Any, *, file: str) -> Interconnect | None:
     source = data.get("source")
     if source is not None and (not isinstance(source, str) or not source.strip()):
         raise ConfigError(file, "interconnect.source", f"expected a non-empty string, got {source!r}")
-    return Interconnect(link=link, source=source, **values)
+    return Interconnect(link=link, source=source, by_num_gpus=_counts_from_dict(data.get("by_num_gpus"), file),
+                        **values)
+
+
+def _count_key(key: Any, file: str) -> int:
+    """A ``by_num_gpus`` key: a GPU count (YAML reads ``2:`` as an int, JSON as ``"2"``)."""
+    text = key.strip() if isinstance(key, str) else ""
+    n = int(text) if text.isascii() and text.isdigit() and len(text) < 8 else key
+    if isinstance(n, bool) or not isinstance(n, int) or not _NUM_GPUS[0] <= n <= _NUM_GPUS[1]:
+        raise ConfigError(file, f"interconnect.by_num_gpus.{str(key)[:40]}",
+                          f"not a GPU count; allowed: whole numbers from {_NUM_GPUS[0]} to {_NUM_GPUS[1]}")
+    return n
+
+
+def _counts_from_dict(data: Any, file: str) -> tuple[tuple[int, CountNumbers], ...]:
+    """The parsed ``by_num_gpus`` mapping, in increasing GPU count; () when absent."""
+    if data is None:
+        return ()
+    where = "interconnect.by_num_gpus"
+    if not isinstance(data, dict):
+        raise ConfigError(file, where, f"expected a mapping of GPU count to numbers, got {data!r}"[:300])
+    out: dict[int, CountNumbers] = {}
+    for key, entry in data.items():
+        n = _count_key(key, file)
+        if n in out:
+            raise ConfigError(file, f"{where}.{key}", f"GPU count {n} is given twice")
+        if not isinstance(entry, dict):
+            raise ConfigError(file, f"{where}.{key}", f"expected a mapping with keys from: {', '.join(_COUNT_KEYS)}")
+        for name in entry:
+            if name not in _COUNT_KEYS:
+                raise ConfigError(file, f"{where}.{key}.{name}", f"unknown key; allowed: {', '.join(_COUNT_KEYS)}")
+        out[n] = CountNumbers(**{name: _number(entry[name], file, f"{where}.{key}.{name}", lo, hi)
+                                 for name, (lo, hi) in _COUNT_KEYS.items() if name in entry})
+    return tuple(sorted(out.items()))
 
 
 def interconnect_to_dict(ic: Interconnect | None) -> dict:
@@ -129,6 +211,9 @@ def interconnect_to_dict(ic: Interconnect | None) -> dict:
     out["link"] = ic.link
     if ic.source:
         out["source"] = ic.source
+    if ic.by_num_gpus:
+        out["by_num_gpus"] = {n: {key: float(f"{getattr(c, key):.6g}") for key in _COUNT_KEYS
+                                  if getattr(c, key) is not None} for n, c in ic.by_num_gpus}
     return {"interconnect": out}
 
 
@@ -164,5 +249,5 @@ def require_p2p(cal: Any, num_stages: int) -> Interconnect | None:
     return ic
 
 
-__all__ = ["LINKS", "Interconnect", "interconnect_from_dict", "interconnect_to_dict", "require_interconnect",
+__all__ = ["LINKS", "CountNumbers", "Interconnect", "interconnect_from_dict", "interconnect_to_dict", "require_interconnect",
            "require_p2p"]

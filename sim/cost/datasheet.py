@@ -9,7 +9,7 @@ Precision below), eff(m) = eff_max x m / (m + m_half).
 
     step_time = step_overhead_s                                   (0 for an empty step)
       + sum over linear ops (qkv, o, gate_up, down; MLA projections; MoE router/experts):
-            layers x max(weight_bytes / B, 2 m n k / (F eff(m))) + layers x kernel_launch_s
+            layers x smax(weight_bytes / B, 2 m n k / (F eff(m))) + layers x kernel_launch_s
         routed experts: of E experts, m tokens x top-k touch E (1 - (1 - k/E)^m) on average;
         only those are read, and each sees m k / touched rows
       + lm_head: the same with m = num_seqs (only each sequence's last token needs logits)
@@ -23,15 +23,20 @@ Precision below), eff(m) = eff_max x m / (m + m_half).
       + layers x (NON_GEMM_KERNELS_PER_LAYER + 1 attention kernel) x kernel_launch_s
 
 Since m x 2nk / (F eff(m)) = 2nk (m + m_half) / (F eff_max), a GEMM's compute time is
-linear in m with a floor: that is what the per-op constants store.
+linear in m with a floor: that is what the per-op constants store. ``smax(a, b) = (a^p +
+b^p)^(1/p)`` with p = RIDGE_SHARPNESS (sim/calib/kernel_models.py: 1.5, fitted on real A100
+linear-layer timings) is a smooth maximum: a GEMM near the ridge, where its weight reads and
+its math take about as long, costs up to 2^(1/p) = 1.6x the larger of the two, as measured;
+far from the ridge it is the roofline's max.
 
 MoE layers add their routing (sim.model.spec.moe_routing_bytes_per_token): the router's
 top-k, the token permute and unpermute (m x top_k x hidden activations read and written
 twice per MoE layer) over B, and MOE_ROUTING_KERNELS_PER_LAYER launches per MoE layer.
 
 Precision (sim/calib/precision.py): F is the peak of the GEMMs' math mode, ``compute_dtype``
-(the scenario's ``engine.compute_dtype``): peak_flops x compute_peaks[mode] / compute_peaks.bf16,
-which on a datasheet is compute_peaks[mode]. None follows the weights:
+(the scenario's ``engine.compute_dtype``): peak_flops x compute_peaks[mode] / compute_peaks.bf16
+x mode_efficiency[mode] (1 where the calibration has none; fp8 on Hopper and Ada: 0.86), which on
+a datasheet is compute_peaks[mode] x mode_efficiency[mode]. None follows the weights:
 
 - bf16 / fp32 weights: bf16; fp16 weights: fp16 (its peak if the calibration lists one);
 - fp8 weights: fp8 (W8A8-FP8, as vLLM and TensorRT-LLM run fp8 checkpoints) where the
@@ -69,6 +74,7 @@ from dataclasses import dataclass
 
 from sim.calib.calibration import Calibration
 from sim.calib.interconnect import require_interconnect
+from sim.calib.kernel_models import RIDGE_SHARPNESS
 from sim.calib.precision import gemm_precision
 from sim.cost.shape import BatchShape
 from sim.model.parallel import shard_model
@@ -113,6 +119,8 @@ class DatasheetCost:
     #: tensor parallelism's collectives (None: one GPU): (all-reduces per step, fixed seconds
     #: and seconds per token of each, the logits all-gather's fixed seconds and seconds per row)
     collectives: tuple[int, float, float, float, float] | None = None
+    #: the GEMMs' smooth maximum of weight reads and math (module docstring); inf: the hard max
+    ridge_sharpness: float = float("inf")
 
     @property
     def composition(self) -> None:
@@ -127,21 +135,17 @@ class DatasheetCost:
         m = shape.num_prefill_tokens + shape.num_decode_tokens
         if m <= 0:
             return 0.0
-        m_half = self.m_half_tokens
+        m_half, p = self.m_half_tokens, self.ridge_sharpness
         t = self.fixed_step_s + m * self.elementwise_s_per_token
         for weight_s, flop_s, launch_s in self.dense_ops:
-            compute_s = flop_s * (m + m_half)
-            t += (weight_s if weight_s > compute_s else compute_s) + launch_s
+            t += smax(weight_s, flop_s * (m + m_half), p) + launch_s
         for weight_s, flop_s, launch_s, num_experts, top_k in self.expert_ops:
             touched = num_experts * (1.0 - (1.0 - top_k / num_experts) ** m)
-            read_s = weight_s * touched
-            compute_s = flop_s * (m * top_k + touched * m_half)
-            t += (read_s if read_s > compute_s else compute_s) + launch_s
+            t += smax(weight_s * touched, flop_s * (m * top_k + touched * m_half), p) + launch_s
         num_seqs = shape.num_seqs
         if num_seqs > 0:
             weight_s, flop_s, launch_s = self.lm_head
-            compute_s = flop_s * (num_seqs + m_half)
-            t += (weight_s if weight_s > compute_s else compute_s) + launch_s
+            t += smax(weight_s, flop_s * (num_seqs + m_half), p) + launch_s
         t += (shape.decode_kv_tokens + shape.prefill_kv_tokens) * self.kv_read_s_per_token
         if self.collectives is not None:
             t += collectives_s(self.collectives, m, num_seqs)
@@ -162,6 +166,14 @@ class DatasheetCost:
         return num_bytes / self.pcie_bandwidth_bytes_per_s + copies * PCIE_COPY_LATENCY_S
 
 
+def smax(a: float, b: float, p: float) -> float:
+    """(a^p + b^p)^(1/p) for a, b >= 0: max(a, b) when p is inf or either is 0."""
+    hi, lo = (a, b) if a >= b else (b, a)
+    if lo <= 0.0 or p == float("inf"):
+        return hi
+    return hi * (1.0 + (lo / hi) ** p) ** (1.0 / p)
+
+
 def collectives_s(collectives: tuple[int, float, float, float, float], m: int, num_seqs: int) -> float:
     """Seconds of a step's tensor-parallel collectives (``build_collectives``) for m tokens."""
     count, fixed_s, per_token_s, gather_fixed_s, gather_per_seq_s = collectives
@@ -179,8 +191,9 @@ def build_collectives(model: ModelSpec, calibration: Calibration, tp: int, act_b
         return None
     per_token = model.hidden_size * act_bytes * ic.allreduce_s_per_byte(tp)
     per_seq = model.vocab_size * act_bytes * ic.allgather_s_per_byte(tp)
-    fixed = ic.allreduce_latency_s + launch_s
-    return (2 * model.num_layers + 1, fixed, per_token, fixed, per_seq)
+    # the tp-GPU latencies (interconnect.by_num_gpus, else the top level): #15 loose ends
+    fixed, gather_fixed = ic.allreduce_latency(tp) + launch_s, ic.allgather_latency(tp) + launch_s
+    return (2 * model.num_layers + 1, fixed, per_token, gather_fixed, per_seq)
 
 
 def build_datasheet_cost(model: ModelSpec, calibration: Calibration, kv_dtype: KVDtype | str = KVDtype.BF16,
@@ -223,5 +236,5 @@ def build_datasheet_cost(model: ModelSpec, calibration: Calibration, kv_dtype: K
         fixed_step_s=cal.step_overhead_s + kernels * launch,
         pcie_bandwidth_bytes_per_s=cal.pcie_bandwidth_bytes_per_s,
         device_copy_bytes_per_s=cal.effective_bandwidth_bytes_per_s, kernel_launch_s=cal.kernel_launch_s,
-        compute_dtype=gp.compute, collectives=collectives,
+        compute_dtype=gp.compute, collectives=collectives, ridge_sharpness=RIDGE_SHARPNESS,
     )

@@ -117,7 +117,7 @@ def build_pipeline_cost(model: ModelSpec, calibration, profile, *, pipeline_para
     per_token = 2 * model.hidden_size * gp.act_bytes  # hidden states and residual
     fixed, per_token_s = ic.p2p_latency_s, per_token / tp / ic.p2p_bandwidth_bytes_per_s
     if tp > 1:  # the receiving stage all-gathers the tp slices
-        fixed += ic.allreduce_latency_s
+        fixed += ic.allgather_latency(tp)  # the tp-GPU all-gather's (interconnect.by_num_gpus): #15 loose ends
         per_token_s += per_token * ic.allgather_s_per_byte(tp)
     first = stages[0]
     return PipelineCost(tuple(stages), tuple(plain), tuple(s.num_layers for s in stage_models(model, pp)),

@@ -13,6 +13,11 @@ for, plus a ``parallel`` block:
   it counts idle time for lack of requests too);
 - ``batches``: batches run through the pipeline.
 
+Its ``cluster`` block is the one replica's: ``num_replicas`` 1, ``router`` least-outstanding without
+sticky sessions (vLLM V0 places a request on the virtual engine with the fewest unfinished).
+report.html and the terminal table call the ``replicas`` entries "virtual engine i (stage
+pipeline)" (sim/outputs/report.py, table.py).
+
 ``engine.busy_s`` and ``engine.num_steps`` are sums over the virtual engines (a virtual
 engine's step lasts from its schedule to its last stage's end, waits for stages included).
 """
@@ -39,6 +44,8 @@ def summarize_pipeline(result: ClusterResult) -> dict:
         "blocks_per_virtual_engine": plan.num_gpu_blocks // pp, "batches": info["batches"],
         "bubble_share": 1.0 - sum(shares) / pp if span > 0 else 0.0, "stages": stages,
     }
+    # the engine's own router over its virtual engines (sim/engine/pipeline.py), not the scenario's cluster keys
+    out["cluster"].update(router="least-outstanding", sticky_sessions=False)
     out["notes"].append(
         f"pipeline_parallel_size {pp}: `replicas` (and the replica column of requests.csv and steps.csv) are the"
         f" engine's {pp} virtual engines (vLLM V0: a scheduler and 1/{pp} of the KV blocks each) sharing the"
@@ -48,4 +55,29 @@ def summarize_pipeline(result: ClusterResult) -> dict:
     return out
 
 
-__all__ = ["summarize_pipeline"]
+def virtual_engines(s: dict) -> int:
+    """How many virtual engines a summary's ``replicas`` are: pp for a pipeline-parallel run, else 0."""
+    par = s.get("parallel") or {}
+    return int(par.get("virtual_engines", 0)) if par.get("pipeline_parallel_size", 1) > 1 else 0
+
+
+def replica_label(s: dict, entry: dict) -> str:
+    """A ``replicas`` entry's name in report.html and the terminal table: ``replica i``, with its
+    pool's role when disaggregated, or ``virtual engine i (stage pipeline)`` in a pipeline run."""
+    if virtual_engines(s):
+        return f"virtual engine {entry['replica']} (stage pipeline)"
+    return f"replica {entry['replica']}" + (f" ({entry['role']})" if "role" in entry else "")
+
+
+def pipeline_title(s: dict) -> str:
+    """One line on a pipeline run's virtual engines and stages (report.html, the terminal table)."""
+    par = s["parallel"]
+    stages = "; ".join(f"stage {st['stage']}: {st['layers']} layers, busy {st['busy_share']:.0%}"
+                       for st in par["stages"])
+    return (f"{par['virtual_engines']} virtual engines (vLLM V0: a scheduler and "
+            f"{par['blocks_per_virtual_engine']:,} KV blocks each, requests to the one with the fewest unfinished)"
+            f" sharing {par['pipeline_parallel_size']} stages of {par['tensor_parallel_size']} GPU(s) each"
+            f" ({stages}; bubbles {par['bubble_share']:.0%}), one model copy on {par['gpus_per_replica']} GPUs")
+
+
+__all__ = ["pipeline_title", "replica_label", "summarize_pipeline", "virtual_engines"]

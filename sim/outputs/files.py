@@ -77,9 +77,9 @@ def flatten(doc: dict, prefix: str = "") -> dict:
     return flat
 
 
-def requests_csv(requests, replica_of: list[int] | None = None) -> str:
+def requests_csv(requests, replica_of: list[int] | None = None, decode_of: dict[int, int] | None = None) -> str:
     """The whole requests.csv as one string (see :func:`requests_csv_chunks`)."""
-    return "".join(requests_csv_chunks(requests, replica_of))
+    return "".join(requests_csv_chunks(requests, replica_of, decode_of=decode_of))
 
 
 def _g(values: np.ndarray) -> list[str]:
@@ -87,11 +87,15 @@ def _g(values: np.ndarray) -> list[str]:
     return ["" if v != v else f"{v:.6g}" for v in values.tolist()]
 
 
-def requests_csv_chunks(requests, replica_of: list[int] | None = None, chunk: int = 20_000) -> Iterator[str]:
+def requests_csv_chunks(requests, replica_of: list[int] | None = None, chunk: int = 20_000, *,
+                        decode_of: dict[int, int] | None = None) -> Iterator[str]:
     """requests.csv in pieces of ``chunk`` rows, one row per request in arrival order, from
     the run's request columns (sim/engine/request_log.py); ``replica_of`` (a cluster run's
-    request id -> replica) adds a ``replica`` column after ``request_id``."""
-    cols = REQUEST_COLUMNS if replica_of is None else (REQUEST_COLUMNS[0], "replica", *REQUEST_COLUMNS[1:])
+    request id -> replica) adds a ``replica`` column after ``request_id``; ``decode_of`` (a
+    disaggregated run's request id -> decode replica; ``replica`` is then the prefill replica)
+    a ``decode_replica`` column after it, empty for a request never handed to the decode pool."""
+    lead = () if replica_of is None else ("replica",) if decode_of is None else ("replica", "decode_replica")
+    cols = (REQUEST_COLUMNS[0], *lead, *REQUEST_COLUMNS[1:])
     yield ",".join(cols) + "\n"
     rr = RunRequests(requests, _REQUEST_FIELDS)
     c, n = rr.c, rr.n
@@ -112,6 +116,8 @@ def requests_csv_chunks(requests, replica_of: list[int] | None = None, chunk: in
                   ints("num_preemptions"), ints("num_swaps")]
         if replica_of is not None:
             fields.insert(1, [str(v) for v in replica_of[a:b]])
+            if decode_of is not None:
+                fields.insert(2, [str(decode_of.get(int(i), "")) for i in rid])
         yield "".join(",".join(row) + "\n" for row in zip(*fields))
 
 
@@ -169,9 +175,11 @@ def write_run(out_dir: Path, summary: dict, result, report_html: str | None,
     earlier run's files this run does not write, from :func:`prepare_out_dir`). ``steps``:
     a key of :data:`STEP_MODES` (``none``: no steps.csv)."""
     replicas = result.replica_of if isinstance(result, ClusterResult) else None  # sim/engine/cluster.py
+    handoff = getattr(result, "handoff", None)  # disaggregated prefill/decode: sim/engine/disagg.py
     files = {
         "summary.json": json.dumps(summary, indent=2, sort_keys=False) + "\n",
-        "requests.csv": requests_csv_chunks(result.requests, replicas),
+        "requests.csv": requests_csv_chunks(result.requests, replicas,
+                                            decode_of=handoff.decode_of if handoff is not None else None),
     }
     if STEP_MODES[steps] != 0:
         files["steps.csv"] = (steps_csv_chunks(result.steps, STEP_MODES[steps]) if replicas is None else

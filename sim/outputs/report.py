@@ -23,6 +23,7 @@ import yaml
 
 from sim.outputs.figures import LatencySeries, latency_cdf_figure
 from sim.engine.cluster import ClusterResult
+from sim.engine.pipeline_summary import pipeline_title, replica_label, virtual_engines
 from sim.outputs.run_figures import (_events_figure, _load_figure, _memory_figure, _replicas_figure,
                                      _timeline_figure)
 
@@ -102,6 +103,9 @@ def _replicas_html(s: dict) -> str:
     roles = "role" in s["replicas"][0]  # disaggregated prefill/decode pools
     if roles:
         head = head.replace("<th>replica</th>", "<th>replica</th><th>role</th>")
+    pipeline = virtual_engines(s) > 0  # one pipeline-parallel replica's virtual engines (sim/engine/pipeline.py)
+    if pipeline:
+        head = head.replace("<th>replica</th>", "<th>virtual engine (stage pipeline)</th>")
     rows = []
     for r in s["replicas"]:
         q, hit = r["requests"], r["prefix_cache_hit_rate"]
@@ -115,6 +119,10 @@ def _replicas_html(s: dict) -> str:
         d = c["disaggregation"]
         title += (f"; disaggregated: {d['prefill_replicas']} prefill, {d['decode_replicas']} decode "
                   f"(decode router {d['decode_router']}), KV moved {d['kv_transfer']['bytes_moved'] / 2**30:,.1f} GiB")
+    if pipeline:
+        return (f"<h2>Virtual engines</h2><p>{html.escape(pipeline_title(s))}. The numbers above are over every "
+                "request; KV pool sizes and counters are sums over the virtual engines, peaks the largest one's.</p>"
+                f"<table class='summary replicas'>{head}{''.join(rows)}</table>")
     return (f"<h2>Replicas</h2><p>{html.escape(title)}. The numbers above are over every request; "
             "KV pool sizes and counters are sums over replicas, peaks the largest replica's.</p>"
             f"<table class='summary replicas'>{head}{''.join(rows)}</table>")
@@ -142,7 +150,8 @@ def _key_numbers_html(s: dict) -> str:
         _card(f"{ms('tpot_s', 'p50')} / {ms('tpot_s', 'p99')}", "TPOT p50 / p99"),
         _card(f"{kv['mean_allocated_unused_fraction']:.1%}", "allocated KV not holding tokens"),
         _card(f"{kv['peak_used_fraction']:.0%}", f"peak KV pool use ({kv['pool_tokens']:,} tokens)" if "replicas" not in s
-              else f"peak KV use of a replica ({kv['pool_tokens'] // len(s['replicas']):,} tokens each)"),
+              else f"peak KV use of a {'virtual engine' if virtual_engines(s) else 'replica'} "
+              f"({kv['pool_tokens'] // len(s['replicas']):,} tokens each)"),
         _card(f"{pre['recompute']:,} / {pre['swap']:,}", "preemptions: recompute / swap"),
     ]
     return "<div class='cards'>" + "".join(cards) + "</div>"
@@ -177,9 +186,7 @@ def _render(result, summary: dict, calibration) -> str:
         reps = summary.get("replicas", [])
         if reps and "role" in reps[0]:  # disaggregated pools: each replica's own pool and role
             pool = [r["kv_pool_tokens"] for r in reps]
-            names = [f"replica {r['replica']} ({r['role']})" for r in reps]
-        else:
-            names = None
+        names = [replica_label(summary, r) for r in reps] if reps else None  # pipeline: its virtual engines
         figs = {"replicas": lambda: _replicas_figure(logs, pool, names)}
         replicas = _guarded("replicas", lambda: _replicas_html(summary))
     else:

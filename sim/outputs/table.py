@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from sim.engine.pipeline_summary import pipeline_title, replica_label, virtual_engines
+
 
 @contextmanager
 def progress_bar(show: bool, total_sessions: int):
@@ -84,13 +86,19 @@ def _replica_lines(s: dict) -> list[str]:
     if "replicas" not in s:
         return []
     c = s["cluster"]
-    lines = [f"cluster      {c['num_replicas']} replicas, router {c['router']}"
-             f"{', sticky sessions' if c['sticky_sessions'] else ''} (kv pool and counters above: sums "
-             "over replicas; peaks: the largest replica's)"]
+    if virtual_engines(s):  # one pipeline-parallel replica: its replicas entries are virtual engines
+        lines = [f"pipeline     {pipeline_title(s)} (kv pool and counters above: sums over virtual engines; "
+                 "peaks: the largest one's)"]
+    else:
+        lines = [f"cluster      {c['num_replicas']} replicas, router {c['router']}"
+                 f"{', sticky sessions' if c['sticky_sessions'] else ''} (kv pool and counters above: sums "
+                 "over replicas; peaks: the largest replica's)"]
     for r in s["replicas"]:
         q, hit = r["requests"], r["prefix_cache_hit_rate"]
+        name = (f"{replica_label(s, r)}:" if virtual_engines(s) else
+                f"replica {r['replica']:<4}" + (f" {r['role']}," if "role" in r else ""))
         lines.append(
-            f"replica {r['replica']:<4} {r['role'] + ', ' if 'role' in r else ''}arrived {q['arrived']}, completed {q['completed']}, rejected {q['rejected']}, "
+            f"{name} arrived {q['arrived']}, completed {q['completed']}, rejected {q['rejected']}, "
             f"in flight {q['in_flight']}; peak running {r['peak_running']}, kv peak {r['kv_peak_used_fraction']:.1%}, "
             f"preempted {r['preemptions']}, busy {r['busy_share']:.0%}"
             + (f", prefix hits {hit:.1%}" if hit is not None else "")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import yaml
 
 from microbench.interconnect_fit import (bus_factor, check_records, describe, fit_links, provenance_text,
                                          read_records, to_interconnect, write_records)
@@ -64,6 +65,36 @@ def test_section_takes_the_largest_gpu_count_and_reads_back() -> None:
     assert back.allreduce_s(1 << 24, 8) == pytest.approx(fits[("allreduce", 8)].predict(1 << 24), rel=1e-5)
     # and its point-to-point send (pipeline stages) is the fitted send/recv
     assert back.p2p_s(1 << 24) == pytest.approx(fits[("sendrecv", 2)].predict(1 << 24), rel=1e-5)
+
+
+def test_section_holds_every_counts_fit_and_the_reader_uses_them() -> None:
+    fits = fit_links(synthetic())
+    ic = to_interconnect(fits, link="nvlink4", source="measured: test")
+    written = interconnect_to_dict(ic)["interconnect"]
+    assert sorted(written["by_num_gpus"]) == [2, 4, 8]
+    assert written["by_num_gpus"][4]["allgather_latency_s"] == pytest.approx(8e-6, rel=1e-5)
+    back = interconnect_from_dict(yaml.safe_load(yaml.safe_dump(written)), file="x.yaml")
+    for n in (2, 4, 8):  # each count's collectives are its own fits, not the 8-GPU all-reduce's
+        for kernel, timed in (("allreduce", back.allreduce_s), ("allgather", back.allgather_s)):
+            for size in (4096, 1 << 26):
+                assert timed(size, n) == pytest.approx(fits[(kernel, n)].predict(size), rel=1e-5)
+    assert back.allreduce_s(4096, 2) < 0.6 * back.allreduce_s(4096, 8)  # 7 us against 14 us
+    # a count not measured takes the top level: the largest count's all-reduce for both collectives
+    top = fits[("allreduce", 8)]
+    assert back.allreduce_s(1 << 26, 16) == pytest.approx(top.latency_s + (1 << 26) * 2 * 15 / 16
+                                                          / top.bandwidth_bytes_per_s, rel=1e-5)
+    assert back.allgather_s(1 << 26, 16) == pytest.approx(top.latency_s + (1 << 26) * 15 / 16
+                                                          / top.bandwidth_bytes_per_s, rel=1e-5)
+
+
+def test_a_count_timed_for_one_collective_leaves_the_other_to_the_top_level() -> None:
+    recs = [r for r in synthetic() if r["kernel"] == "allreduce" or (r["kernel"], r["num_gpus"]) == ("allgather", 2)]
+    ic = to_interconnect(fit_links(recs), link="nvlink4", source="s")
+    counts = dict(ic.by_num_gpus)
+    assert set(counts) == {2, 4, 8}
+    assert counts[4].allgather_latency_s is None and counts[2].allgather_latency_s == pytest.approx(6e-6)
+    assert "allgather_latency_s" not in interconnect_to_dict(ic)["interconnect"]["by_num_gpus"][4]
+    assert ic.allgather_s(1 << 20, 4) == pytest.approx(14e-6 + (1 << 20) * 3 / 4 / 4.5e11, rel=1e-5)
 
 
 def test_section_without_sendrecv_has_no_p2p_numbers() -> None:

@@ -124,6 +124,35 @@ def test_section_goes_into_the_calibration_yaml(tmp_path, monkeypatch) -> None:
     assert with_interconnect(cal, None, None) is cal
 
 
+def test_each_gpu_counts_numbers_go_into_the_calibration_yaml(tmp_path, monkeypatch) -> None:
+    """A node whose latency and bus bandwidth change with the GPU count: calibrate's section keeps
+    each count's, and the calibration read back times each count's collectives with them."""
+    truth = {2: (6e-6, 2.5e11), 4: (1.1e-5, 3.2e11), 8: (2.3e-5, 4.1e11)}
+
+    def by_count(plan) -> list[dict]:
+        recs = [{"kernel": k, "num_gpus": n, "num_bytes": s,
+                 "time_s": truth[n][0] * (0.8 if k == "allgather" else 1) + s * bus_factor(k, n) / truth[n][1]}
+                for k in ("allreduce", "allgather") for n in plan.counts for s in plan.sizes]
+        return recs + [{"kernel": "sendrecv", "num_gpus": 2, "num_bytes": s, "time_s": 1e-5 + s / 3e11}
+                       for s in plan.sizes]
+
+    monkeypatch.setattr(ic_mod, "measure", by_count)
+    monkeypatch.setattr(step_mod, "_smi", lambda *a: NVLINK if a[0] == "nvlink" else "")
+    section, text = interconnect_step(fake_torch(8), CUDA, dev("NVIDIA H100 80GB HBM3"), quick=True,
+                                      jsonl_path=tmp_path / "x.interconnect.jsonl", log=lambda _: None)
+    cal = with_interconnect(load_calibration("cpu-epyc-2core"), section, text)
+    written = yaml.safe_dump(calibration_to_dict(cal))
+    assert "by_num_gpus" in written and "by_num_gpus" in section.source
+    back = calibration_from_dict(yaml.safe_load(written), file="x.yaml").interconnect
+    assert [n for n, _ in back.by_num_gpus] == [2, 4, 8]
+    size = 1 << 20
+    for n, (lat, bw) in truth.items():
+        assert back.allreduce_s(size, n) == pytest.approx(lat + size * bus_factor("allreduce", n) / bw, rel=1e-3)
+        assert back.allgather_s(size, n) == pytest.approx(0.8 * lat + size * bus_factor("allgather", n) / bw,
+                                                          rel=1e-3)
+    assert back.allreduce_latency_s == pytest.approx(2.3e-5, rel=1e-3)  # the top level: the 8-GPU all-reduce
+
+
 def _calibrate_fixture(tmp_path, monkeypatch):
     pytest.importorskip("torch")
     import microbench.calibrate as calibrate_mod

@@ -182,3 +182,28 @@ def test_one_token_answers_and_prompts_no_decode_replica_could_hold() -> None:
     assert s["requests"]["completed"] + s["requests"]["rejected"] == 60 and s["requests"]["completed"] > 0
     assert s["cluster"]["disaggregation"]["pools"]["prefill"]["requests"]["rejected"] == s["requests"]["rejected"]
     assert all(rep.allocator.num_allocated_slots() == 0 for rep in sim.replicas)
+
+
+def test_requests_csv_names_the_prefill_and_the_decode_replica(busy, tmp_path) -> None:
+    import csv
+
+    from sim.outputs.files import write_run
+
+    _, sim, result, s = busy
+    write_run(tmp_path, s, result, None, steps="none")
+    rows = list(csv.DictReader((tmp_path / "requests.csv").open()))
+    assert list(rows[0])[:4] == ["request_id", "replica", "decode_replica", "session_id"]
+    assert len(rows) == s["requests"]["arrived"]
+    prefill = {str(r.index) for r in sim.replicas if r.role == "prefill"}
+    decode = {str(r.index) for r in sim.replicas if r.role == "decode"}
+    for row in rows:
+        assert row["replica"] in prefill  # the router placed it on the prefill pool
+        if row["status"] == "rejected":  # turned away before any hand-off
+            assert row["decode_replica"] == ""
+        else:
+            assert row["status"] == "finished" and row["decode_replica"] in decode
+            assert int(row["decode_replica"]) == sim.handoff.decode_of[int(row["request_id"])]
+    for entry in s["replicas"]:
+        if entry["role"] == "decode":
+            mine = [r for r in rows if r["decode_replica"] == str(entry["replica"])]
+            assert len(mine) == entry["requests"]["arrived"] == entry["requests"]["completed"] > 0
