@@ -42,9 +42,8 @@ from sim.config.cluster_schema import ClusterConfig
 from sim.config.scenario import Scenario
 from sim.engine.cluster import ClusterResult, ClusterSimulation, Replica
 from sim.engine.parts import EngineParts, SessionDriver, build_parts, engine_state
-from sim.engine.predict import predicted_transfer_s
 from sim.engine.router import Router
-from sim.engine.step import Wait, WaitKind
+from sim.engine.step import PredictedRunner
 from sim.errors import ConfigError
 from sim.model.memory import check_fits_one_sequence
 from sim.model.parallel import PP_KEY
@@ -73,27 +72,19 @@ class Stages:
             self.busy_s[i] += seconds
 
 
-class StagedRunner:
+class StagedRunner(PredictedRunner):
     """A BatchRunner (sim/engine/step.py) on a PipelineCost: the compute wait is one batch's
     time through every stage, and the stage times are kept for the stages to hold."""
 
     def __init__(self, cost) -> None:
-        self.cost = cost
+        super().__init__(cost)
         self.last: tuple[tuple[float, ...], float] = ((), 0.0)  # (stage seconds, transfer seconds)
 
-    def swap_out(self, out: SchedulerOutput) -> float:
-        return predicted_transfer_s(self.cost, out)
-
-    def run(self, out: SchedulerOutput, idle_before_s: float) -> tuple[Wait, ...]:
-        waits = []
-        if out.swap_out_bytes or out.swap_in_bytes:
-            waits.append(Wait(WaitKind.TRANSFER, predicted_transfer_s(self.cost, out)))
-        if out.scheduled:
-            shape = out.batch_shape()
-            times, transfer = self.cost.stage_times_s(shape, idle_before_s), self.cost.transfer_s(shape)
-            self.last = (times, transfer)
-            waits.append(Wait(WaitKind.COMPUTE, sum(times) + (len(times) - 1) * transfer))
-        return tuple(waits)
+    def compute_s(self, out: SchedulerOutput, idle_before_s: float) -> float:
+        shape = out.batch_shape()
+        times, transfer = self.cost.stage_times_s(shape, idle_before_s), self.cost.transfer_s(shape)
+        self.last = (times, transfer)
+        return sum(times) + (len(times) - 1) * transfer
 
 
 class VirtualEngine(Replica):

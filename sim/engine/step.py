@@ -68,8 +68,12 @@ class PredictedRunner:
         if out.swap_out_bytes or out.swap_in_bytes:
             waits.append(Wait(WaitKind.TRANSFER, predicted_transfer_s(self.cost, out)))
         if out.scheduled:
-            waits.append(Wait(WaitKind.COMPUTE, predicted_step_s(self.cost, out, idle_before_s)))
+            waits.append(Wait(WaitKind.COMPUTE, self.compute_s(out, idle_before_s)))
         return tuple(waits)
+
+    def compute_s(self, out: SchedulerOutput, idle_before_s: float) -> float:
+        """The batch's compute time (a pipeline's runner sums its stages)."""
+        return predicted_step_s(self.cost, out, idle_before_s)
 
 
 @dataclass(slots=True)
