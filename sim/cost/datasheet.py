@@ -71,6 +71,7 @@ instead: sim/cost/fitted.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from sim.calib.calibration import Calibration
 from sim.calib.interconnect import require_interconnect
@@ -135,6 +136,16 @@ class DatasheetCost:
         m = shape.num_prefill_tokens + shape.num_decode_tokens
         if m <= 0:
             return 0.0
+        num_seqs = shape.num_seqs
+        t = self._token_terms_s(m, num_seqs)
+        t += (shape.decode_kv_tokens + shape.prefill_kv_tokens) * self.kv_read_s_per_token
+        if self.collectives is not None:
+            t += collectives_s(self.collectives, m, num_seqs)
+        return t + shape.prefill_attn_pairs * self.attn_s_per_pair
+
+    def _token_terms_s(self, m: int, num_seqs: int) -> float:
+        """The step's terms that depend only on its m tokens and ``num_seqs`` rows (fixed,
+        elementwise, GEMMs, lm_head), summed in ``step_time_s``'s order."""
         m_half, p = self.m_half_tokens, self.ridge_sharpness
         t = self.fixed_step_s + m * self.elementwise_s_per_token
         for weight_s, flop_s, launch_s in self.dense_ops:
@@ -142,14 +153,22 @@ class DatasheetCost:
         for weight_s, flop_s, launch_s, num_experts, top_k in self.expert_ops:
             touched = num_experts * (1.0 - (1.0 - top_k / num_experts) ** m)
             t += smax(weight_s * touched, flop_s * (m * top_k + touched * m_half), p) + launch_s
-        num_seqs = shape.num_seqs
         if num_seqs > 0:
             weight_s, flop_s, launch_s = self.lm_head
             t += smax(weight_s, flop_s * (num_seqs + m_half), p) + launch_s
-        t += (shape.decode_kv_tokens + shape.prefill_kv_tokens) * self.kv_read_s_per_token
-        if self.collectives is not None:
-            t += collectives_s(self.collectives, m, num_seqs)
-        return t + shape.prefill_attn_pairs * self.attn_s_per_pair
+        return t
+
+    def decode_time_fn(self, num_seqs: int, num_tokens: int) -> Callable[[int], float]:
+        """``kv -> step_time_s(BatchShape(num_seqs, 0, num_tokens, kv, 0.0, 0, 0))``, the same
+        float, with the terms that do not depend on ``kv`` added up once (macro-steps: a
+        stretch of decodes changes only its KV tokens)."""
+        if num_tokens <= 0:
+            return lambda kv: 0.0
+        t0, r = self._token_terms_s(num_tokens, num_seqs), self.kv_read_s_per_token
+        if self.collectives is None:
+            return lambda kv: t0 + kv * r
+        c = collectives_s(self.collectives, num_tokens, num_seqs)
+        return lambda kv: t0 + kv * r + c
 
     def staging_time_s(self, num_bytes: float, num_launches: int = 1) -> float:
         """A device-to-device copy of ``num_bytes`` (read and write) plus a launch per kernel."""

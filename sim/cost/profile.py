@@ -212,8 +212,7 @@ class ProfiledCost:
 
     ``eager`` and ``graph`` are the same cost model built without the calibration's step
     overhead, ``graph`` also without kernel launches. ``attention_launch_s``: the kernels a
-    piecewise graph leaves to the host (one attention kernel per layer).
-    """
+    piecewise graph leaves to the host (one attention kernel per layer)."""
 
     def __init__(self, eager, graph, profile: EngineProfile, capture_sizes: tuple[int, ...],
                  attention_launch_s: float) -> None:
@@ -251,6 +250,18 @@ class ProfiledCost:
             return self.graph.step_time_s(padded, idle_before_s) + self.attention_launch_s
         return self.eager.step_time_s(shape, idle_before_s)
 
+    def decode_time_fn(self, num_seqs: int, num_tokens: int):
+        """``kv -> step_time_s`` of a pure decode step, idle 0 (same float; macro-steps) or None."""
+        n, graph = num_seqs, 0 < num_seqs <= self.max_size
+        pad = self._padded(n) - n if graph else 0  # the captured size, as device_time_s pads
+        inner = getattr(self.graph if graph else self.eager, "decode_time_fn", None)
+        if inner is None:  # a fitted model: the caller calls step_time_s
+            return None
+        device, host = inner(n + pad, num_tokens + pad), self.step_host_s + self.seq_host_s * n
+        if self.profile.async_scheduling:
+            return lambda kv: d if (d := device(kv)) > host else host
+        return lambda kv: device(kv) + host
+
     def host_time_s(self, shape: BatchShape) -> float:
         """Host time of the engine loop: per step, per sequence, and inline output processing."""
         return self.step_host_s + self.seq_host_s * shape.num_seqs
@@ -258,8 +269,7 @@ class ProfiledCost:
     def step_time_s(self, shape: BatchShape, idle_before_s: float = 0.0) -> float:
         if shape.num_prefill_tokens + shape.num_decode_tokens <= 0:
             return 0.0
-        device = self.device_time_s(shape, idle_before_s)
-        host = self.host_time_s(shape)
+        device, host = self.device_time_s(shape, idle_before_s), self.host_time_s(shape)
         if self.profile.async_scheduling:
             return device if device > host else host
         return device + host

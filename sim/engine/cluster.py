@@ -49,6 +49,8 @@ class Replica(Simulation):
     """One engine of a cluster: a Simulation on the cluster's clock, fed by its router.
     ``role``: ``prefill`` or ``decode`` in a disaggregated cluster (sim/engine/disagg.py)."""
 
+    macro_straddles = False  # the router reads replicas between their steps (sim/engine/macro.py)
+
     def __init__(self, cluster: ClusterSimulation, index: int, parts: EngineParts,  # noqa: PLW0231
                  role: str | None = None) -> None:
         self.cluster, self.index, self.role = cluster, index, role

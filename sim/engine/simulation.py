@@ -64,6 +64,10 @@ class Simulation:
     """
 
     _stages = None  # pipeline parallelism: sim/engine/pipeline.py's virtual engines set it (#15)
+    #: Events within a step (arrivals, follow-up turns, the front end's intake) never read the
+    #: engine's state, so a macro-step stretch may end with the step they fall within
+    #: (sim/engine/macro.py). A cluster's replicas set it False: their router reads them.
+    macro_straddles = True
 
     def __init__(self, sc: Scenario, progress=None,
                  step_hook: Callable[[SchedulerOutput], None] | None = None, macro_steps: bool = True,
@@ -163,6 +167,8 @@ class Simulation:
             if macro is not None and macro.enabled:
                 advanced = yield from macro.run()
                 if advanced:
+                    if macro.finished:  # its last step finished requests: as after core.end below
+                        self._after_finishing(macro.finished)
                     if self.progress is not None:
                         sched = self.scheduler
                         self.progress(env.now, len(sched.finished) + len(sched.rejected), len(self.requests))
@@ -194,6 +200,18 @@ class Simulation:
             if self.progress is not None:
                 sched = self.scheduler
                 self.progress(env.now, len(sched.finished) + len(sched.rejected), len(self.requests))
+
+    def _after_finishing(self, finished: list[Request]) -> None:
+        """What the engine loop does after a step that finished ``finished`` (their last token
+        already streamed): their follow-up turns, a think time after the client's answer, and
+        their retirement into the request log."""
+        env, frontend = self.env, self.frontend
+        follow_ups = [f for f in map(self.driver.next_turn, finished) if f is not None]
+        delay = frontend.free_at - env.now if frontend is not None and frontend.free_at > env.now else 0.0
+        if self._done:
+            self._retire_done()
+        for session, turn, think_s in follow_ups:
+            env.process(self._follow_up(session, turn, think_s + delay))
 
     def _retire_done(self) -> None:
         retire = self.driver.requests.retire

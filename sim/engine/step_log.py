@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from sim.kv.paged import PagedAllocator
 from sim.views import IndexedSequence
 
 COLUMNS = (
@@ -131,11 +132,34 @@ class StepLog:
         if len(f) >= 3 * SPILL_ROWS:
             self._write_out()
 
+    def append_rows(self, doubles: list, counts: list) -> None:
+        """Several rows at once: ``doubles`` holds 3 floats a row (now, duration, swap bytes),
+        ``counts`` 14 integers a row, both in COLUMNS order (macro-steps)."""
+        try:
+            self._c.extend(counts)
+        except OverflowError:  # a pool of 2**31 slots or more: 64-bit counts from now on
+            self._c = array("q", self._c[:14 * (len(self._f) // 3)])
+            self._c.extend(counts)
+        self._f.extend(doubles)
+        if len(self._f) >= 3 * SPILL_ROWS:
+            self._write_out()
+
     def record(self, now: float, duration: float, out, sched, allocator: KVAllocator) -> None:
         reserved = internal = empty = 0
         kept = allocator.kept_tokens
         bounded = allocator.budget.max_tokens is not None
-        for req in sched.running:
+        tables = allocator.block_tables if type(allocator) is PagedAllocator and not bounded else None
+        if tables is not None:  # the loop below with held_slots inlined: len(table) x block_size
+            B = allocator.block_size
+            for req in sched.running:
+                held = len(tables.get(req.request_id, ())) * B
+                computed = req.num_computed_tokens
+                final = req.num_prompt_tokens + req.num_output_tokens
+                filled_to = held if held < final else final
+                reserved += filled_to - computed
+                internal += held - filled_to
+                empty += held - computed
+        for req in (sched.running if tables is None else ()):
             held = allocator.held_slots(req)
             computed = req.num_computed_tokens
             final = req.final_num_tokens

@@ -23,13 +23,15 @@ from sim.kv.eviction import PrefixEviction, make_free_queue
 
 
 class BlockPool:
-    def __init__(self, num_blocks: int, eviction: PrefixEviction = PrefixEviction.LRU) -> None:
+    def __init__(self, num_blocks: int, eviction: PrefixEviction = PrefixEviction.LRU,
+                 caching: bool = True) -> None:
         if num_blocks <= 0:
             raise ValueError(f"num_blocks must be positive, got {num_blocks}")
         self.num_blocks = num_blocks
         self.ref_cnt = [0] * num_blocks
         self.block_hash: list[int | None] = [None] * num_blocks
-        self._free = make_free_queue(eviction, num_blocks)
+        self.caching = caching  # False: no block ever gets a hash (``cache`` refuses)
+        self._free = make_free_queue(eviction, num_blocks, caching)
         self._cached: dict[int, int] = {}  # hash -> block id
         self.num_cached_free = 0  # free blocks that still carry a hash
         self.num_evictions = 0
@@ -51,6 +53,10 @@ class BlockPool:
         # Popping all first is the same: the queue's order does not depend on the hashes.
         blocks = self._free.pop_many(count)
         block_hash, ref_cnt = self.block_hash, self.ref_cnt
+        if not self.caching:  # nothing to evict
+            for block in blocks:
+                ref_cnt[block] = 1
+            return blocks
         for block in blocks:
             if block_hash[block] is not None:
                 self._evict(block)
@@ -79,6 +85,7 @@ class BlockPool:
 
     def cache(self, block: int, h: int) -> None:
         """Register a full, computed block under its chained hash (first writer wins)."""
+        assert self.caching, "a pool built without caching got a hash"
         if self.block_hash[block] is None and h not in self._cached:
             self.block_hash[block] = h
             self._cached[h] = block
@@ -87,6 +94,15 @@ class BlockPool:
     def release(self, blocks: list[int]) -> None:
         """Drop one reference from each block, in the order given (pass tail first)."""
         ref_cnt, block_hash = self.ref_cnt, self.block_hash
+        if not self.caching:  # no hashes: the freed blocks go to the queue as they are
+            zero = []
+            for block in blocks:
+                ref = ref_cnt[block] - 1
+                ref_cnt[block] = ref
+                if ref == 0:
+                    zero.append(block)
+            self._free.push_plain(zero)
+            return
         freed = []  # (block, cached), pushed in the same order below
         for block in blocks:
             ref = ref_cnt[block] - 1

@@ -158,6 +158,64 @@ class LFUQueue(_KeyedQueue):
 _QUEUES = {PrefixEviction.LRU: LRUQueue, PrefixEviction.FIFO: FIFOQueue, PrefixEviction.LFU: LFUQueue}
 
 
-def make_free_queue(policy: PrefixEviction, num_blocks: int):
-    """All ``num_blocks`` blocks start free, uncached, in id order."""
+class PlainQueue:
+    """The free queue when no block is ever cached (prefix caching off): every policy is
+    then the order blocks were freed (LRU's), and no block leaves the queue but at its
+    front. A list and the index of its front: ``pop_many`` is one slice."""
+
+    def __init__(self, blocks: range) -> None:
+        self._q: list[int] = list(blocks)
+        self._head = 0
+
+    def __len__(self) -> int:
+        return len(self._q) - self._head
+
+    def __contains__(self, block: int) -> bool:
+        return block in self._q[self._head:]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._q[self._head:])
+
+    def push(self, block: int, cached: bool) -> None:
+        assert not cached, "a cached block in a queue for uncached blocks"
+        self._q.append(block)
+
+    def remove(self, block: int) -> None:
+        raise AssertionError("no block is revived when nothing is cached")
+
+    def pop(self) -> int:
+        return self.pop_many(1)[0]
+
+    def pop_many(self, count: int) -> list[int]:
+        """``count`` pops, in order."""
+        head = self._head
+        if count > len(self._q) - head:
+            raise KeyError("pop from an empty free queue")
+        blocks = self._q[head:head + count]
+        head += count
+        if head > 4096 and 2 * head > len(self._q):  # drop the popped front now and then
+            del self._q[:head]
+            head = 0
+        self._head = head
+        return blocks
+
+    def push_many(self, entries: list[tuple[int, bool]]) -> None:
+        self._q.extend([block for block, _ in entries])
+
+    def push_plain(self, blocks: list[int]) -> None:
+        """``push(block, False)`` for each block, in order."""
+        self._q.extend(blocks)
+
+    def on_cached(self, block: int) -> None:
+        raise AssertionError("no block is cached in this queue")
+
+    def on_hit(self, block: int) -> None:
+        raise AssertionError("no block is hit in this queue")
+
+
+def make_free_queue(policy: PrefixEviction, num_blocks: int, caching: bool = True):
+    """All ``num_blocks`` blocks start free, uncached, in id order. ``caching``: blocks may
+    get hashes (prefix caching); without, every policy is :class:`PlainQueue`."""
+    if not caching:
+        return PlainQueue(range(num_blocks))
     return _QUEUES[PrefixEviction(policy)](range(num_blocks))

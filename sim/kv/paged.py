@@ -30,7 +30,7 @@ class PagedAllocator:
             raise ValueError(f"block_size must be positive, got {block_size}")
         if prefix_caching and budget.policy != TokenEviction.NONE:
             raise ValueError("prefix caching cannot be combined with token-level KV eviction")
-        self.pool = BlockPool(num_blocks, eviction)
+        self.pool = BlockPool(num_blocks, eviction, caching=prefix_caching)
         self.block_size = block_size
         self.num_total_slots = num_blocks * block_size
         self.prefix_caching = prefix_caching
@@ -70,6 +70,13 @@ class PagedAllocator:
                 if self.prefix_caching:
                     self._cache_full_blocks(req, table, total)
                     self._set_room(req, table)
+                return True
+            if table is not None and target == len(table) + 1 and not self.prefix_caching and not num_cached_tokens:
+                # a decode crossing into a new block: the general path below, for one block
+                if 1 > pool.num_free - -(-keep_free_slots // B):
+                    return False
+                table += pool.pop_free_many(1)
+                req.slot_room = len(table) * B  # _set_room without prefix caching
                 return True
         else:
             target = self.budget.num_blocks(total, B)

@@ -69,3 +69,28 @@ def test_most_steps_of_a_chat_run_are_advanced_in_stretches(monkeypatch) -> None
     monkeypatch.setattr(macro.DecodeRun, "run", counting)
     sim, _, _, steps = _run("chatbot.yaml", True)
     assert sum(advanced) > 0.3 * len(steps)
+
+
+def test_only_steps_with_prompts_run_one_by_one_in_a_lone_engine(monkeypatch) -> None:
+    """With no front end, no prefix caching and no preemption, every pure decode step is
+    advanced in a stretch: stretches end with the step in which requests finish, go on while
+    waiting requests cannot be admitted, and end with the step an arrival falls within.
+    Steps with prompt tokens are the only ones left to the normal path."""
+    import sim.engine.macro as macro
+    from sim.engine.step_log import COLUMNS
+
+    advanced = []
+    original = macro.DecodeRun.run
+
+    def counting(self):
+        done = yield from original(self)
+        advanced.append(done)
+        return done
+
+    monkeypatch.setattr(macro.DecodeRun, "run", counting)
+    sim, summary, _, steps = _run("azure-conv.yaml", True)
+    assert summary["preemptions"]["recompute"] == summary["preemptions"]["swap"] == 0
+    with_prompts = int((steps[:, COLUMNS.index("num_prefill_tokens")] > 0).sum())
+    waited = int((steps[:, COLUMNS.index("num_waiting")] > 0).sum())
+    assert waited > 0  # arrivals fell within stretches' last steps, or requests waited through them
+    assert len(steps) - sum(advanced) == with_prompts

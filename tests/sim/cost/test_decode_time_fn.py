@@ -1,0 +1,47 @@
+"""``decode_time_fn`` (the macro-steps' step time of a pure decode batch) gives exactly the
+float ``step_time_s`` gives: every stretch of decodes depends on it being the same number."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.config.scenario import load_scenario
+from sim.cost.shape import BatchShape
+from sim.engine.parts import build_parts
+
+SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
+
+CASES = {  # scenario, overrides: datasheet GPUs, every engine profile, tensor parallel collectives
+    "eager-a100": ("azure-conv.yaml", []),
+    "vllm-v1-graphs": ("chatbot.yaml", []),
+    "vllm-v0": ("chatbot.yaml", ["engine.profile=vllm-v0"]),
+    "sglang-async": ("chatbot.yaml", ["engine.profile=sglang"]),
+    "trtllm": ("chatbot.yaml", ["engine.profile=trtllm"]),
+    "tp4-70b": ("llama3-70b-tp.yaml", []),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def cost(request):
+    name, overrides = CASES[request.param]
+    return build_parts(load_scenario(SCENARIOS / name, overrides)).cost
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 600), kv=st.integers(0, 4_000_000))
+def test_the_same_float_as_step_time_s(cost, n, kv) -> None:
+    fn = cost.decode_time_fn(n, n)
+    assert fn is not None, "a datasheet cost model under every profile has the fast path"
+    assert fn(n + kv) == cost.step_time_s(BatchShape(n, 0, n, n + kv, 0.0, 0, 0), 0.0)
+
+
+def test_a_fitted_cost_model_has_no_fast_path() -> None:
+    """Fitted models may depend on the idle time before a step: the macro-steps call them."""
+    sc = load_scenario(SCENARIOS / "chatbot.yaml", ["gpu=cpu-epyc-2core"])
+    cost = build_parts(sc).cost
+    fn = getattr(cost, "decode_time_fn", None)
+    assert fn is None or fn(4, 4) is None
