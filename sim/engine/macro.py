@@ -129,6 +129,7 @@ class DecodeRun:
         B = alloc.block_size
         pool = alloc.pool
         tables = alloc.block_tables  # held_slots(r), inlined: len(table) x block_size
+        plain = not alloc.prefix_caching  # a crossing takes exactly one block (no hashing)
         # step -> indices (into ``running``) of the requests that call allocate_slots then
         buckets: dict[int, list[int]] = {}
         finals = [r.num_prompt_tokens + o for r, o in zip(running, outs)]
@@ -174,7 +175,21 @@ class DecodeRun:
                     buckets[done] = crossing
                 break
             durations.append(d)
-            if crossing is not None:
+            if crossing is not None and plain:  # allocate_slots without prefix caching: one block each
+                crossing.sort()
+                fresh = pool.pop_free_many(len(crossing))  # in crossing order, as one pop per request
+                for i, block in zip(crossing, fresh):
+                    table = tables[running[i].request_id]
+                    table.append(block)
+                    h_old, f = helds[i], finals[i]
+                    h = helds[i] = running[i].slot_room = len(table) * B  # _set_room: the table's slots
+                    s_held += h - h_old
+                    s_minhf += (h if h < f else f) - (h_old if h_old < f else f)
+                    room = h - (c0[i] + done)
+                    buckets.setdefault(done + (room if room > 1 else 1), []).append(i)
+                next_cross = min(buckets) if buckets else left
+                allocated = alloc.num_allocated_slots()
+            elif crossing is not None:
                 crossing.sort()
                 for i in crossing:
                     r = running[i]
