@@ -61,6 +61,7 @@ def build_plan(sc: Scenario):
         runtime_overhead_bytes=eng.runtime_overhead_bytes, quant_group_size=eng.kv_quant_group_size,
         num_gpu_blocks_override=eng.num_gpu_blocks_override, tensor_parallel_size=eng.tensor_parallel_size,
         pipeline_parallel_size=eng.pipeline_parallel_size, source=src,
+        engine_profile=eng.profile,  # memory-plan fidelity (#13): the profile picks vLLM's or the legacy estimates
     )
     budget = token_budget(without_vetoed_defaults(sc, model), model)
     plan = dataclasses.replace(plan, max_kv_tokens_per_seq=budget.kept_tokens(eng.max_model_len))

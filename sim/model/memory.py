@@ -43,19 +43,54 @@ from sim.model.spec import (
 
 GIB = 1 << 30
 
-#: Memory outside PyTorch's allocator that vLLM cannot give to the KV cache: the CUDA
-#: context (~0.3-0.5 GiB), cuBLAS/cuBLASLt workspaces, NCCL buffers and allocator
-#: fragmentation. 768 MiB is a middle of the 0.5-1 GiB range seen on recent drivers.
-DEFAULT_RUNTIME_OVERHEAD_BYTES = 768 << 20
+#: Memory outside PyTorch's allocator that vLLM subtracts besides the weights and the
+#: activation peak (its logged ``non_torch_memory``: cuBLAS/cuBLASLt workspaces, NCCL, what
+#: the profile run left outside the allocator), per GPU. A fit over startup logs: the median
+#: of the ``non_torch_memory`` one-GPU vLLM logs print, 0.03, 0.10, 0.16, 0.35 and 1.79 GiB
+#: (vllm-project/vllm #13882, #12330, PR #12126, #10517, PR #10511), i.e. 0.16 GiB.
+DEFAULT_RUNTIME_OVERHEAD_BYTES = 164 << 20
+
+#: With tensor parallelism each GPU holds more non-torch memory: NCCL's channel buffers and
+#: vLLM's custom all-reduce buffers. A fit: the median of the ``non_torch_memory`` that
+#: tensor-parallel vLLM logs print, 0.20, 0.59, 0.60, 0.72 and 3.58 GiB (PR #14447, the
+#: gfx906 fork's #10 (two logs), PR #48601, PR #10511), 0.60 GiB, less the one-GPU median.
+TP_RUNTIME_OVERHEAD_BYTES = (614 << 20) - DEFAULT_RUNTIME_OVERHEAD_BYTES
 
 #: Most KV blocks a pool may have (16,777,216): the paged allocator keeps a few Python objects
 #: per block (4M blocks take about 0.6 GB and 3 s to set up; tiny-llama on an A100-80GB
 #: makes 4.4M); a bigger pool is a typo or a fake GPU.
 MAX_GPU_BLOCKS = 1 << 24
 
-#: fp32 copies of the sampler's [max_num_seqs, vocab] tensor alive at its peak (logits and
-#: probabilities).
-SAMPLER_FP32_COPIES = 2
+#: Bytes per logit (``max_num_seqs`` x vocab_size of them) alive at the sampler's peak in
+#: vLLM's profile run, which samples with top-k and top-p (top_k = vocab - 1, top_p < 1) by
+#: sorting: fp32 logits (4), sorted values (4) and their int64 indices (8), softmax of the
+#: sorted values (4), its cumulative sum (4), the int64 inverse permutation (8), the logits
+#: gathered back (4) and two boolean masks (2) = 38. Counted from vLLM's
+#: ``_apply_top_k_top_p``; checked against a log where the sampler is the peak (vllm-project/vllm
+#: PR #10511: Llama-3-8B, 8192 tokens, 256 sequences, activation peak 1.26 GiB; this
+#: estimate 1.22 GiB).
+SAMPLER_BYTES_PER_LOGIT = 38
+
+#: Engine profiles (``engine.profile``) whose pool is sized by vLLM's profile run; None (no
+#: profile given, e.g. ``sim kv``) is the default profile, vllm-v1.
+VLLM_PROFILES = frozenset({"vllm-v0", "vllm-v1"})
+
+#: Other engines (trtllm, sglang, eager) keep kvsim's earlier, unvalidated estimate: two fp32
+#: copies of the logits added to the forward pass's peak (2 hidden vectors a token), and
+#: LEGACY_RUNTIME_OVERHEAD_BYTES (the 0.5-1 GiB of CUDA context, workspaces and NCCL buffers
+#: seen on recent drivers). No startup log of theirs is in the published suite.
+LEGACY_SAMPLER_BYTES_PER_LOGIT = 8
+LEGACY_FORWARD_HIDDEN_VECTORS = 2
+LEGACY_RUNTIME_OVERHEAD_BYTES = 768 << 20
+
+#: Hidden-state vectors (of ``hidden_size``) per token alive at the forward pass's widest
+#: moment besides that moment's own tensors: the residual stream, the layer's (normed) input
+#: and the output the moment is computing into (the down projection's, while gate/up and the
+#: activated intermediate are still referenced). A fit: the activation peaks vLLM logged
+#: for the same model and GPU at two profile sizes (vllm-project/vllm #10517: Llama-3.1-8B,
+#: 2.07 GiB at 20,000 tokens, 2.99 GiB at 29,000) grow by 109.8 KB a token; 3 x 4096 +
+#: 3 x 14,336 bf16 elements are 110.6 KB (2 x 4096 would be 102.4 KB).
+FORWARD_HIDDEN_VECTORS = 3
 
 
 @dataclass(frozen=True)
@@ -114,20 +149,29 @@ class MemoryPlan:
 
 def estimate_activation_peak_bytes(model: ModelSpec, *, max_num_batched_tokens: int,
                                   max_num_seqs: int, dtype_bytes: float = 2,
-                                  sampler_vocab_size: int | None = None) -> int:
+                                  sampler_vocab_size: int | None = None,
+                                  engine_profile: str | None = None) -> int:
     """Estimate of the activation peak vLLM's profiling run measures, in bytes.
 
-    Per token, in the weight dtype: the residual stream and the hidden states
-    (2 x hidden_size) plus the widest moment inside a layer, whichever is larger of
+    The run is a forward pass over ``max_num_batched_tokens`` tokens, then the sampler over
+    ``max_num_seqs`` rows of logits; the peak is the larger of the two moments (the forward
+    pass's activations are freed before the sampler runs: the logged peaks of two profile
+    sizes differ by the forward pass's growth alone, vllm-project/vllm #10517).
+
+    Forward, per token in the weight dtype: FORWARD_HIDDEN_VECTORS x hidden_size plus the
+    widest moment inside a layer, whichever is larger of
       attention: q, k, v (or MLA's projections) and the attention output;
       MLP: gate+up output and the activated intermediate (3 x intermediate_size; OPT's
       fc1 output and activation, 2 x ffn_dim); MoE layers: that for each of the top-k
       routed experts and for the shared experts, plus the router logits.
-    Times ``max_num_batched_tokens``; plus the sampler: ``max_num_seqs`` x vocab_size x
-    4 bytes x SAMPLER_FP32_COPIES (``sampler_vocab_size``, default the model's: a tensor-parallel
-    GPU's share of the model samples over the whole, gathered vocabulary). An estimate: the
-    true peak depends on kernels and fusion.
+    Sampler: ``max_num_seqs`` x vocab_size x SAMPLER_BYTES_PER_LOGIT (``sampler_vocab_size``,
+    default the model's: a tensor-parallel GPU's share of the model samples over the whole,
+    gathered vocabulary; 0 on a pipeline stage without the lm_head), plus the final hidden
+    states it is computed from (tokens x hidden_size). An estimate: the true peak depends
+    on kernels and fusion. ``engine_profile`` outside VLLM_PROFILES: the legacy estimate
+    (forward with LEGACY_FORWARD_HIDDEN_VECTORS plus LEGACY_SAMPLER_BYTES_PER_LOGIT logits).
     """
+    vllm = engine_profile is None or engine_profile in VLLM_PROFILES
     ops = {op.name: op for op in linear_ops(model)}
     attn = sum(ops[n].n for n in ("qkv", "q", "q_b", "kv_a", "kv_b") if n in ops)
     attn += model.num_attention_heads * (model.v_head_dim or model.head_dim)
@@ -136,10 +180,26 @@ def estimate_activation_peak_bytes(model: ModelSpec, *, max_num_batched_tokens: 
     if model.is_moe:
         moe = 3 * model.moe_intermediate_size * (model.num_experts_per_tok + model.num_shared_experts)
         mlp = max(mlp, moe + model.num_experts)
-    per_token = 2 * model.hidden_size + max(attn, mlp)
-    hidden = math.ceil(max_num_batched_tokens * per_token * dtype_bytes)
+    vectors = FORWARD_HIDDEN_VECTORS if vllm else LEGACY_FORWARD_HIDDEN_VECTORS
+    per_token = vectors * model.hidden_size + max(attn, mlp)
+    forward = math.ceil(max_num_batched_tokens * per_token * dtype_bytes)
     vocab = model.vocab_size if sampler_vocab_size is None else sampler_vocab_size
-    return hidden + max_num_seqs * vocab * 4 * SAMPLER_FP32_COPIES
+    if not vllm:
+        return forward + max_num_seqs * vocab * LEGACY_SAMPLER_BYTES_PER_LOGIT
+    if vocab == 0:  # no sampler on this GPU
+        return forward
+    sampler = max_num_seqs * vocab * SAMPLER_BYTES_PER_LOGIT
+    sampler += math.ceil(max_num_batched_tokens * model.hidden_size * dtype_bytes)
+    return max(forward, sampler)
+
+
+def default_runtime_overhead_bytes(tensor_parallel_size: int = 1, engine_profile: str | None = None) -> int:
+    """Non-torch memory per GPU vLLM subtracts: DEFAULT_RUNTIME_OVERHEAD_BYTES, plus
+    TP_RUNTIME_OVERHEAD_BYTES (collective buffers) when the replica is tensor parallel;
+    LEGACY_RUNTIME_OVERHEAD_BYTES for an ``engine_profile`` outside VLLM_PROFILES."""
+    if engine_profile is not None and engine_profile not in VLLM_PROFILES:
+        return LEGACY_RUNTIME_OVERHEAD_BYTES
+    return DEFAULT_RUNTIME_OVERHEAD_BYTES + (TP_RUNTIME_OVERHEAD_BYTES if tensor_parallel_size > 1 else 0)
 
 
 def _gib(x: float) -> str:
@@ -153,15 +213,17 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
                 activation_peak_bytes: int | None = None, runtime_overhead_bytes: int | None = None,
                 quant_group_size: int = 64, num_gpu_blocks_override: int | None = None,
                 tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1,
-                source: str = "<cli>") -> MemoryPlan:
+                engine_profile: str | None = None, source: str = "<cli>") -> MemoryPlan:
     """Size the KV pool; raise ConfigError(source, key, ...) for bad arguments or no room.
 
     ``activation_peak_bytes`` / ``runtime_overhead_bytes`` default to this module's
-    estimates. ``num_gpu_blocks_override`` replaces the computed block count (vLLM's option
+    estimates (``estimate_activation_peak_bytes``, ``default_runtime_overhead_bytes``). ``num_gpu_blocks_override`` replaces the computed block count (vLLM's option
     of that name) but the pool must still be positive. ``tensor_parallel_size``: the plan of one
     GPU of a tensor-parallel replica; ``pipeline_parallel_size``: of the binding stage of a
-    pipeline-parallel one (module docstring).
+    pipeline-parallel one (module docstring). ``engine_profile``: the scenario's
+    ``engine.profile`` (a string; None: the default, vllm-v1), which picks the estimates.
     """
+    profile = None if engine_profile is None else str(getattr(engine_profile, "value", engine_profile))
     _require(0 < gpu_memory_utilization <= 1, source, "gpu_memory_utilization",
              f"must be in (0, 1], got {gpu_memory_utilization}")
     for key, value in (("gpu_memory_bytes", gpu_memory_bytes), ("block_size", block_size),
@@ -181,7 +243,7 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
     check_tensor_parallel(model, tp, source, "tensor_parallel_size")
     check_pipeline_parallel(model, pp, source, "pipeline_parallel_size")
     if runtime_overhead_bytes is None:
-        runtime_overhead_bytes = DEFAULT_RUNTIME_OVERHEAD_BYTES
+        runtime_overhead_bytes = default_runtime_overhead_bytes(tp, profile)
     budget = gpu_memory_bytes * gpu_memory_utilization
     stages = []  # (stage plan, bytes per block) of every stage, first to last
     for index, layers in enumerate(stage_models(model, pp)):  # (model,) when pp == 1
@@ -192,7 +254,8 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
         if act is None:  # the sampler's logits: on the last stage only
             act = estimate_activation_peak_bytes(
                 shard, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                dtype_bytes=weight_dtype_bytes, sampler_vocab_size=model.vocab_size if index == pp - 1 else 0)
+                dtype_bytes=weight_dtype_bytes, sampler_vocab_size=model.vocab_size if index == pp - 1 else 0,
+                engine_profile=profile)
         pool = math.floor(budget - weights - act - runtime_overhead_bytes)
         per_token = kv_bytes_per_token(shard, dtype, quant_group_size=quant_group_size)
         per_block = math.ceil(per_token * block_size)

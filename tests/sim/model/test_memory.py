@@ -8,7 +8,8 @@ import pytest
 
 from sim.errors import ConfigError
 from sim.model.memory import (
-    DEFAULT_RUNTIME_OVERHEAD_BYTES, check_fits_one_sequence, estimate_activation_peak_bytes, plan_memory)
+    DEFAULT_RUNTIME_OVERHEAD_BYTES, LEGACY_RUNTIME_OVERHEAD_BYTES, SAMPLER_BYTES_PER_LOGIT, check_fits_one_sequence,
+    estimate_activation_peak_bytes, plan_memory)
 from sim.model.spec import KVDtype
 from sim.model.hf_config import load_model
 
@@ -43,12 +44,29 @@ def test_quantized_block_rounds_up() -> None:
 
 def test_activation_estimate_by_hand() -> None:
     model = load_model("tiny-llama")
-    per_token = 2 * 256 + max(8 * 64 + 4 * 64, 3 * 512)  # MLP is the widest moment
-    expected = 8192 * per_token * 2 + 256 * 1024 * 4 * 2
-    assert estimate_activation_peak_bytes(model, max_num_batched_tokens=8192, max_num_seqs=256) == expected
+    per_token = 3 * 256 + max(8 * 64 + 4 * 64, 3 * 512)  # MLP is the widest moment
+    forward = 8192 * per_token * 2
+    sampler = 256 * 1024 * SAMPLER_BYTES_PER_LOGIT + 8192 * 256 * 2  # logits + the final hidden states
+    assert estimate_activation_peak_bytes(model, max_num_batched_tokens=8192, max_num_seqs=256) == max(
+        forward, sampler) == forward
+    # few tokens, many sequences: the sampler is the peak
+    assert estimate_activation_peak_bytes(model, max_num_batched_tokens=64, max_num_seqs=256) == (
+        256 * 1024 * SAMPLER_BYTES_PER_LOGIT + 64 * 256 * 2)
     plan = plan_memory(model, 1 << 30, max_model_len=2048)
-    assert plan.activation_peak_bytes == expected
+    assert plan.activation_peak_bytes == forward
     assert plan.runtime_overhead_bytes == DEFAULT_RUNTIME_OVERHEAD_BYTES
+
+
+def test_other_engines_keep_the_legacy_estimate() -> None:
+    model = load_model("tiny-llama")
+    legacy = 8192 * (2 * 256 + 3 * 512) * 2 + 256 * 1024 * 4 * 2  # forward + two fp32 copies of the logits
+    for profile in ("trtllm", "sglang", "eager"):
+        assert estimate_activation_peak_bytes(model, max_num_batched_tokens=8192, max_num_seqs=256,
+                                              engine_profile=profile) == legacy
+        plan = plan_memory(model, 1 << 30, max_model_len=2048, engine_profile=profile)
+        assert plan.activation_peak_bytes == legacy and plan.runtime_overhead_bytes == LEGACY_RUNTIME_OVERHEAD_BYTES
+    assert plan_memory(model, 1 << 30, max_model_len=2048, engine_profile="vllm-v0") == plan_memory(
+        model, 1 << 30, max_model_len=2048)
 
 
 def test_llama_3_8b_on_80_gib_is_in_vllm_range() -> None:
