@@ -97,22 +97,23 @@ def requests_csv_chunks(requests, replica_of: list[int] | None = None, chunk: in
     lead = () if replica_of is None else ("replica",) if decode_of is None else ("replica", "decode_replica")
     cols = (REQUEST_COLUMNS[0], *lead, *REQUEST_COLUMNS[1:])
     yield ",".join(cols) + "\n"
-    rr = RunRequests(requests, _REQUEST_FIELDS)
-    c, n = rr.c, rr.n
-    reasons = [""] + rr.reasons  # code + 1 -> reason
     status_names = [s.value for s in STATUSES]
-    for a in range(0, n, chunk):
+    n = len(requests)
+    for a in range(0, n, chunk):  # each piece reads only its own requests' columns
         b = min(n, a + chunk)
+        rr = RunRequests(requests, _REQUEST_FIELDS, a, b)
+        c = rr.c
+        reasons = [""] + rr.reasons  # code + 1 -> reason (the whole run's codes)
 
         def ints(name: str) -> list[str]:
-            return [str(v) for v in c[name][a:b].astype(np.int64).tolist()]
+            return [str(v) for v in c[name].astype(np.int64).tolist()]
 
         rid = ints("request_id")
-        sid = ["" if v < 0 else str(v) for v in c["session_id"][a:b].astype(np.int64).tolist()]
-        status = [status_names[v] for v in c["status"][a:b].astype(np.int64).tolist()]
-        why = [reasons[v + 1] for v in c["reject_reason"][a:b].astype(np.int64).tolist()]
-        fields = [rid, sid, ints("turn"), status, why, *(_g(c[t][a:b]) for t in _REQUEST_TIMES),
-                  *(ints(k) for k in _REQUEST_COUNTS), _g(rr.ttft[a:b]), _g(rr.tpot[a:b]), _g(rr.e2e[a:b]),
+        sid = ["" if v < 0 else str(v) for v in c["session_id"].astype(np.int64).tolist()]
+        status = [status_names[v] for v in c["status"].astype(np.int64).tolist()]
+        why = [reasons[v + 1] for v in c["reject_reason"].astype(np.int64).tolist()]
+        fields = [rid, sid, ints("turn"), status, why, *(_g(c[t]) for t in _REQUEST_TIMES),
+                  *(ints(k) for k in _REQUEST_COUNTS), _g(rr.ttft), _g(rr.tpot), _g(rr.e2e),
                   ints("num_preemptions"), ints("num_swaps")]
         if replica_of is not None:
             fields.insert(1, [str(v) for v in replica_of[a:b]])
