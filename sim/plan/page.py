@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from sim.plan.spec import PlanSpec
+from sim.plan.unit import UNIT_HEAD, short_label, unit_cells
 
 
 def _label(values: dict) -> str:
@@ -28,8 +29,9 @@ def cost_figure(spec: PlanSpec, ranked: list[dict]) -> go.Figure:
     front = sorted((r for r in ok if r["pareto"]), key=lambda r: r["max_rate"])
     fig.add_trace(go.Scatter(x=[r["max_rate"] for r in front], y=[r["cost_per_hour"] for r in front],
                              mode="lines", line={"dash": "dot"}, showlegend=False, hoverinfo="skip"))
-    fig.update_layout(title=f"Cost per hour to serve {spec.target_rate:g} req/s against max rate per replica",
-                      xaxis_title="max rate of one replica under the SLO (req/s)",
+    what = "unit" if spec.clustered else "replica"
+    fig.update_layout(title=f"Cost per hour to serve {spec.target_rate:g} req/s against max rate per {what}",
+                      xaxis_title=f"max rate of one {what} under the SLO (req/s)",
                       yaxis_title="cost of the deployment (USD/h)", height=460)
     return fig
 
@@ -37,13 +39,19 @@ def cost_figure(spec: PlanSpec, ranked: list[dict]) -> go.Figure:
 def key_figure(spec: PlanSpec, ranked: list[dict], key: str) -> go.Figure:
     """Max rate per value of ``key``: every configuration with that value (0 when none passes)."""
     fig = go.Figure()
+
+    def label(r: dict) -> str:  # a whole cluster mapping: the unit it makes, in short
+        if key in ("cluster", "cluster.disaggregation") and r.get("unit") is not None:
+            return short_label(r["unit"])
+        return str(r["values"][key])
+
     values = []
     for r in sorted(ranked, key=lambda r: r["index"]):
-        v = str(r["values"][key])
+        v = label(r)
         if v not in values:
             values.append(v)
     fig.add_trace(go.Box(
-        x=[str(r["values"][key]) for r in ranked], y=[r["max_rate"] or 0.0 for r in ranked],
+        x=[label(r) for r in ranked], y=[r["max_rate"] or 0.0 for r in ranked],
         boxpoints="all", pointpos=0, name=key, text=[_label(r["values"]) + f"<br>{r['status']}" for r in ranked],
         hovertemplate="%{text}<br>max rate %{y:.2f} req/s<extra></extra>"))
     fig.update_layout(title=f"Max rate per value of {key} (0: infeasible or never meets the SLO)",
@@ -53,10 +61,13 @@ def key_figure(spec: PlanSpec, ranked: list[dict], key: str) -> go.Figure:
 
 
 def _table(spec: PlanSpec, ranked: list[dict]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in ("rank", *spec.keys, "status", "GPUs", "USD/h", "why"))
+    units = UNIT_HEAD if spec.clustered else ()
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in ("rank", *spec.keys, "status", *units, "GPUs", "USD/h",
+                                                           "why"))
     rows = []
     for r in ranked:
-        cells = [r["rank"] or "-", *(r["values"][k] for k in spec.keys), r["status"], r["gpus"] or "-",
+        cells = [r["rank"] or "-", *(r["values"][k] for k in spec.keys), r["status"],
+                 *(unit_cells(r) if spec.clustered else ()), r["gpus"] or "-",
                  "-" if r["cost_per_hour"] is None else f"{r['cost_per_hour']:.2f}", r["why"]]
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
@@ -71,8 +82,10 @@ def render_plan_page(spec: PlanSpec, ranked: list[dict], probes: dict | None = N
     lead = html.escape(
         f"Target {spec.target_rate:g} req/s; SLO p{slo.percentile:g} TTFT <= {slo.ttft_s * 1e3:g} ms and "
         f"p{slo.percentile:g} TPOT <= {slo.tpot_s * 1e3:g} ms, {slo.attainment:.0%} of requests meeting both; "
-        f"probes of {spec.search.num_requests} requests, the scenario's seed in every probe. Replicas are assumed "
-        "to share the load evenly; the fleet itself is not simulated."
+        f"probes of {spec.search.num_requests} requests, the scenario's seed in every probe. "
+        + ("A unit (its replicas behind its router, or its prefill and decode pools) is simulated whole; units "
+           "are assumed to share the load evenly." if spec.clustered else
+           "Replicas are assumed to share the load evenly; the fleet itself is not simulated.")
         + ("" if probes is None else f" {probes['run']} probes run"
            + (f"; bracket reuse along {probes['reuse_key']}: {probes['warm_started']} searches started from "
               f"their smaller-pool neighbour's answer, about {probes['saved_estimate']} probes saved."

@@ -6,6 +6,12 @@ pipeline parallel size); cost per hour = GPUs x price per GPU-hour; cost per mil
 tokens = cost per hour / (target rate x mean output tokens per request at the max rate x
 3600) x 1e6. Replicas are assumed
 to share the load evenly (a perfect router): the plan does not simulate the fleet.
+
+In a plan with units (sim/plan/unit.py) a configuration's max rate is its unit's, and
+units = ceil(target_rate / max_rate), replicas = units x the unit's replicas, GPUs = units
+x the unit's GPUs; the units share the target evenly (the router inside a unit is
+simulated, the one above the units is not). The reasons then compare cluster choices
+(sim/plan/explain.py).
 """
 
 from __future__ import annotations
@@ -15,7 +21,9 @@ import io
 import json
 import math
 
+from sim.plan.explain import unit_why
 from sim.plan.spec import PlanSpec
+from sim.plan.unit import split_label
 
 STATUS_ORDER = {"feasible": 0, "slo-unreachable": 1, "infeasible": 2, "error": 3}
 
@@ -24,9 +32,15 @@ def add_costs(spec: PlanSpec, record: dict) -> dict:
     price = spec.prices[record["gpu"]]["usd_per_gpu_hour"]
     rec = {**record, "price_per_gpu_hour": price, "replicas": None, "gpus": None, "cost_per_hour": None,
            "cost_per_million_output_tokens": None}
+    unit = record.get("unit")
+    if unit is not None:
+        rec.update(units=None, gpus_per_unit=unit["gpus"])
     if record["status"] == "feasible":
         replicas = math.ceil(spec.target_rate / record["max_rate"] - 1e-9)
         gpus = replicas * record.get("gpus_per_replica", record["tensor_parallel_size"])
+        if unit is not None:  # ``replicas`` above counted units
+            rec["units"] = replicas
+            replicas, gpus = replicas * unit["num_replicas"], replicas * unit["gpus"]
         cost = gpus * price
         mean_out = record["at_max_rate"]["mean_output_tokens"] or 0
         per_m = cost / (spec.target_rate * mean_out * 3600) * 1e6 if mean_out else None
@@ -58,10 +72,13 @@ def pareto(records: list[dict]) -> set[int]:
     return front
 
 
-def why(spec: PlanSpec, r: dict) -> str:
-    """One line: why this configuration ranks where it does."""
+def why(spec: PlanSpec, r: dict, ranked: list[dict] | None = None) -> str:
+    """One line: why this configuration ranks where it does (``ranked``: every costed
+    record, for a unit's comparisons with the other cluster choices)."""
     if r["status"] != "feasible":
         return f"{r['status']}: {r['reason']}"
+    if r.get("unit") is not None:
+        return unit_why(spec, r, ranked or [r])
     mem, at, q = r["memory"], r["at_max_rate"], f"p{spec.slo.percentile:g}"
     rate = f"{'at least ' if r['capped'] else ''}{r['max_rate']:.2f} req/s"
     tpot = "-" if at["tpot_s"] is None else f"{at['tpot_s'] * 1e3:.0f} ms"
@@ -78,8 +95,16 @@ def finish(spec: PlanSpec, records: list[dict]) -> list[dict]:
     front = pareto(ranked)
     for r in ranked:
         r["pareto"] = r["index"] in front
-        r["why"] = why(spec, r)
+        r["why"] = why(spec, r, ranked)
     return ranked
+
+
+ASSUMPTIONS = ["replicas share the target rate evenly (a perfect router); the fleet is not simulated",
+               "a probe passes when the run drains with no rejection, the SLO percentiles of TTFT "
+               "and TPOT hold and the attainment share holds"]
+ASSUMPTIONS_UNITS = ["a unit (its replicas behind its router, or its prefill and decode pools) is simulated "
+                     "whole; units share the target rate evenly (the router above the units is not simulated)",
+                     ASSUMPTIONS[1]]
 
 
 def plan_document(spec: PlanSpec, ranked: list[dict], wall_s: float | None = None, probes: dict | None = None) -> dict:
@@ -92,9 +117,7 @@ def plan_document(spec: PlanSpec, ranked: list[dict], wall_s: float | None = Non
                    "num_requests": s.num_requests, "reuse": s.reuse,
                    "seed": "the scenario's seed, the same for every probe (see each configuration's seed)"},
         "keys": list(spec.keys), "prices": spec.prices,
-        "assumptions": ["replicas share the target rate evenly (a perfect router); the fleet is not simulated",
-                        "a probe passes when the run drains with no rejection, the SLO percentiles of TTFT "
-                        "and TPOT hold and the attainment share holds"],
+        "assumptions": ASSUMPTIONS_UNITS if spec.clustered else ASSUMPTIONS,
         "wall_s": wall_s,
         "probes": probes,
         "configurations": ranked,
@@ -115,10 +138,20 @@ def _cell(v) -> str:
     return repr(v) if isinstance(v, float) else str(v)
 
 
+#: plan.csv's extra columns in a plan with units (after ``gpus_per_replica``).
+UNIT_COLS = ("router", "replicas_per_unit", "pd_split", "gpus_per_unit")
+
+
 def plan_csv(spec: PlanSpec, ranked: list[dict]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    rest = [c for c in CSV_COLS[2:] if c not in spec.keys]  # gpu once, when it is searched
+    cols = list(CSV_COLS)
+    if spec.clustered:
+        pos = cols.index("gpus_per_replica") + 1
+        cols[pos:pos] = UNIT_COLS
+        cols.insert(cols.index("replicas"), "units")
+        cols.insert(cols.index("attainment") + 1, "prefix_cache_hit_rate")
+    rest = [c for c in cols[2:] if c not in spec.keys]  # gpu once, when it is searched
     cols = list(CSV_COLS[:2]) + list(spec.keys) + rest
     w.writerow(cols)
     for r in ranked:
@@ -126,6 +159,11 @@ def plan_csv(spec: PlanSpec, ranked: list[dict]) -> str:
         flat = {**r, "ttft_s": at.get("ttft_s"), "tpot_s": at.get("tpot_s"), "attainment": at.get("attainment"),
                 "kv_pool_tokens": mem.get("kv_pool_tokens"),
                 "max_full_length_requests": mem.get("max_full_length_requests")}
+        if spec.clustered:
+            u = r["unit"]
+            flat.update(prefix_cache_hit_rate=at.get("prefix_cache_hit_rate"), router=u["router"],
+                        replicas_per_unit=u["num_replicas"], gpus_per_unit=u["gpus"],
+                        pd_split=split_label(u) if u["prefill_replicas"] is not None else None)
         row = [json.dumps(v) if isinstance(v, (list, dict)) else v for v in (r["values"][k] for k in spec.keys)]
         w.writerow([_cell(flat.get(c)) for c in CSV_COLS[:2]] + [_cell(v) for v in row]
                    + [_cell(flat.get(c)) for c in rest])

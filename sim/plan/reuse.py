@@ -18,9 +18,20 @@ then bisects like the cold search. The answer has the cold search's guarantee (a
 rate with a failing one within ``tolerance`` above it, or the same edge cases), so for a
 verdict monotone in the rate the warm and cold answers agree within the tolerance.
 
-Chains run in waves (every chain's smallest pool first, then the next ...) so that a
-configuration's start, and so the whole plan, never depends on worker count, executor or
-an interruption: it depends on the neighbour's record only.
+In a plan with units (sim/plan/unit.py) chains form among configurations of the same unit
+(same router, replicas and split: every cluster key is one of the keys that must be equal),
+so no bracket crosses routers, replica counts or P:D splits. One start crosses them: a
+unit of N replicas in one pool, at the head of its chain (no smaller-pool neighbour), whose
+*one-replica twin* is in the space (equal in every searched key outside ``cluster.*``, one
+replica) starts at N x the twin's max rate: N replicas sharing the load perfectly. A
+router's imbalance makes the unit's rate lower, its prefix cache hits (each replica
+caching a share of the prefixes) can make it higher: again a start checked like any other
+rate, never a bound. Disaggregated units start cold (a split's rate is set by its busier
+pool, not N x anything).
+
+Chains run in waves (every chain's smallest pool first, then the next ...; a twin before
+its units) so that a configuration's start, and so the whole plan, never depends on worker
+count, executor or an interruption: it depends on the neighbour's record only.
 """
 
 from __future__ import annotations
@@ -61,11 +72,50 @@ def chains(keys, configs, key: str | None) -> tuple[dict[int, int], dict[int, in
     return wave, neighbour
 
 
-def start_rate(record: dict | None, search) -> float | None:
+def twins(keys, configs) -> dict[int, int]:
+    """Unit index -> its one-replica twin's index (module docstring), for units that have one."""
+    def engine_values(c) -> str:
+        return repr([(k, c.values[k]) for k in keys if not (k == "cluster" or k.startswith("cluster."))])
+
+    single: dict[str, int] = {}
+    for c in configs:
+        if c.unit is not None and c.unit["num_replicas"] == 1:
+            single.setdefault(engine_values(c), c.index)
+    out = {}
+    for c in configs:
+        u = c.unit
+        if u is not None and u["num_replicas"] > 1 and u["prefill_replicas"] is None and engine_values(c) in single:
+            out[c.index] = single[engine_values(c)]
+    return out
+
+
+def neighbours(keys, configs, key: str | None) -> tuple[dict[int, int], dict[int, int | None], dict[int, int]]:
+    """(wave of each configuration, the neighbour its search starts from or None, the factor
+    its start is that neighbour's max rate times): smaller-pool chains (:func:`chains`), and a
+    chain head's one-replica twin (:func:`twins`, factor N)."""
+    _, neighbour = chains(keys, configs, key)
+    scale = {i: 1 for i, n in neighbour.items() if n is not None}
+    by_index = {c.index: c for c in configs}
+    for unit, twin in twins(keys, configs).items():
+        if neighbour[unit] is None:
+            neighbour[unit], scale[unit] = twin, by_index[unit].unit["num_replicas"]
+    wave: dict[int, int] = {}
+
+    def depth(i: int) -> int:
+        if i not in wave:
+            wave[i] = 0 if neighbour[i] is None else depth(neighbour[i]) + 1
+        return wave[i]
+
+    for c in configs:
+        depth(c.index)
+    return wave, neighbour, scale
+
+
+def start_rate(record: dict | None, search, scale: float = 1) -> float | None:
     """Where a configuration's search starts given its neighbour's record (None: cold)."""
     if record is None or record["status"] != "feasible" or not search.reuse:
         return None
-    return record["max_rate"]
+    return record["max_rate"] * scale
 
 
 def bisect(evaluate, tolerance: float, lo: dict, hi: dict, probes: list, slack: float = 0.0) -> dict:

@@ -4,7 +4,9 @@ as it finishes (sim/plan/points.py) and reusing the saved ones with ``resume``.
 
 Configurations run in waves (sim/plan/reuse.py): wave 0 holds every configuration without
 a smaller-pool neighbour, wave k those whose neighbour is in wave k - 1, each starting its
-rate search from that neighbour's answer. Without a pool key in the space there is one wave.
+rate search from that neighbour's answer; in a plan with units, a unit whose one-replica
+twin is in the space runs in the wave after it and starts at N x its answer. Without a pool
+key or twins in the space there is one wave.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 from sim.errors import ConfigError
 from sim.plan.points import fingerprint, load_points, save_point
-from sim.plan.reuse import chains, pool_key, start_rate
+from sim.plan.reuse import chains, neighbours, pool_key, start_rate
 from sim.plan.search import evaluate_config
 from sim.plan.spec import PlanSpec
 
@@ -38,12 +40,14 @@ def run_plan(spec: PlanSpec, executor, out_dir: Path | None = None, *, resume: b
     if out_dir is not None:
         (Path(out_dir) / "configs").mkdir(parents=True, exist_ok=True)
     key = pool_key(spec.keys, spec.configs)
-    wave, neighbour = chains(spec.keys, spec.configs, key)
+    wave, neighbour, scale = neighbours(spec.keys, spec.configs, key)
     computed = 0
 
     def on_result(record: dict) -> None:
         nonlocal computed
         computed += 1
+        if spec.clustered:  # 1: from a smaller pool; N: N x a one-replica twin; None: cold
+            record["start_scale"] = scale.get(record["index"]) if record["start_rate"] is not None else None
         records[record["index"]] = record
         if out_dir is not None:
             save_point(out_dir, fp, record)
@@ -56,12 +60,15 @@ def run_plan(spec: PlanSpec, executor, out_dir: Path | None = None, *, resume: b
             if wave[c.index] != k or c.index in records:
                 continue
             n = neighbour[c.index]
-            start = start_rate(records.get(n), spec.search) if n is not None else None
+            start = start_rate(records.get(n), spec.search, scale[c.index]) if n is not None else None
             tasks.append((c, spec.slo, spec.search, start, n))
         if tasks:
             executor(tasks, on_result, fn=evaluate_config)
     ordered = [records[c.index] for c in spec.configs]
-    return PlanRun(ordered, computed, reused, key, probe_stats(spec, ordered, key, neighbour))
+    stats = probe_stats(spec, ordered, key, chains(spec.keys, spec.configs, key)[1])
+    if spec.clustered:
+        stats["warm_from_one_replica"] = sum(1 for r in ordered if (r.get("start_scale") or 1) > 1)
+    return PlanRun(ordered, computed, reused, key, stats)
 
 
 def probe_stats(spec: PlanSpec, records: list[dict], key: str | None, neighbour: dict) -> dict:

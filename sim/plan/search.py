@@ -25,6 +25,7 @@ import numpy as np
 
 from sim.errors import ConfigError
 from sim.plan.reuse import bisect, search_from
+from sim.plan.unit import hit_rate, memory_of, run_unit, unit_memory
 
 
 def _percentile(values, q: float) -> float | None:
@@ -50,14 +51,19 @@ def judge(result, slo, rate: float) -> dict:
             "simulated_s": result.end_s}
 
 
-def probe(data: dict, source: str, rate: float, slo) -> dict:
-    """Simulate ``data`` at ``rate`` requests/s and judge it against ``slo``."""
+def probe(data: dict, source: str, rate: float, slo, unit: bool = False) -> dict:
+    """Simulate ``data`` at ``rate`` requests/s and judge it against ``slo``. ``unit``: the
+    configuration is a unit of a plan with units (sim/plan/unit.py): simulate all its
+    replicas behind its router, and record the prefix cache's hit rate too."""
     from sim.config.scenario import parse_scenario
     from sim.engine.simulation import Simulation
 
     d = copy.deepcopy(data)
     d["workload"]["arrival"]["rate"] = rate
-    return judge(Simulation(parse_scenario(d, source)).run(), slo, rate)
+    if not unit:
+        return judge(Simulation(parse_scenario(d, source)).run(), slo, rate)
+    result = run_unit(parse_scenario(d, source))
+    return {**judge(result, slo, rate), "prefix_cache_hit_rate": hit_rate(result)}
 
 
 def search_max_rate(evaluate, search) -> tuple[dict | None, list[dict]]:
@@ -82,13 +88,8 @@ def search_max_rate(evaluate, search) -> tuple[dict | None, list[dict]]:
 def memory_summary(data: dict, source: str) -> dict:
     """The configuration's memory plan (ConfigError when it does not fit)."""
     from sim.config.scenario import parse_scenario
-    from sim.engine.parts import build_plan
 
-    _, _, plan = build_plan(parse_scenario(data, source))
-    return {"kv_pool_tokens": plan.pool_tokens, "max_full_length_requests": plan.max_full_length_seqs,
-            "max_concurrency": plan.max_concurrency, "num_gpu_blocks": plan.num_gpu_blocks,
-            "bytes_per_token": plan.bytes_per_token, "weight_bytes_per_gpu": plan.weight_bytes,
-            "max_model_len": plan.max_model_len}
+    return memory_of(parse_scenario(data, source))
 
 
 def cold_probe_estimate(search, max_rate: float | None) -> int:
@@ -112,14 +113,21 @@ def evaluate_config(config, slo, search, start: float | None = None, neighbour: 
               "status": None, "reason": None, "memory": None, "max_rate": None, "capped": False,
               "at_max_rate": None, "start_rate": start, "reused_from": neighbour if start is not None else None,
               "num_probes": 0, "probes_saved_estimate": None, "probes": []}
+    unit = config.unit is not None
+    if unit:  # a plan with units (sim/plan/unit.py): the unit's shape and GPUs
+        record["unit"] = config.unit
     try:
-        record["memory"] = memory_summary(config.data, config.source)
+        pools = unit_memory(config.data, config.source) if unit else None
+        if pools is None:
+            record["memory"] = memory_summary(config.data, config.source)
+        else:  # disaggregated: each pool's own plan; the decode pool's (it holds the answers) on top
+            record["memory"] = {**pools["decode"], "pools": pools}
     except ConfigError as exc:
         record.update(status="infeasible", reason=exc.message)
         return record
     try:
         def evaluate(rate):
-            return probe(config.data, config.source, rate, slo)
+            return probe(config.data, config.source, rate, slo, unit)
 
         if start is None:
             best, probes = search_max_rate(evaluate, search)

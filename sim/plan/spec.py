@@ -12,7 +12,9 @@
     search: {min_rate: 0.5, max_rate: 64, tolerance: 0.05, num_requests: 300}
 
 Every configuration (the cartesian product of ``space``, the last key fastest) must
-validate as a scenario (``parse_scenario``), or the plan is a ConfigError (exit 2). Memory
+validate as a scenario (``parse_scenario``), or the plan is a ConfigError (exit 2) naming
+the plan file and the searched key (``space.<key>``) behind it. ``cluster.*`` keys make a
+configuration a *unit* of several replicas behind a router (sim/plan/unit.py). Memory
 feasibility is not checked here: a configuration whose weights or one full-length request
 do not fit is reported ``infeasible`` by the search (sim/plan/search.py).
 """
@@ -20,6 +22,7 @@ do not fit is reported ``infeasible`` by the search (sim/plan/search.py).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 import math
@@ -29,13 +32,13 @@ from pathlib import Path
 from sim.config.scenario import parse_scenario, read_yaml, set_override
 from sim.errors import ConfigError
 from sim.plan.prices import load_prices
+from sim.plan.unit import is_cluster_key, check_cluster_key, unit_shape
 
 TOP_KEYS = ("name", "description", "scenario", "base", "slo", "target_rate", "space", "prices", "search")
 SLO_KEYS = ("ttft_s", "tpot_s", "percentile", "attainment")
 SEARCH_DEFAULTS = {"min_rate": 0.5, "max_rate": 64.0, "tolerance": 0.05, "num_requests": 600, "reuse": True}
 #: Keys the plan itself sets in every probe: the space may not vary them.
-RESERVED = ("workload.arrival.rate", "workload.num_requests", "workload.duration_s", "seed", "slo",
-            "cluster.num_replicas")
+RESERVED = ("workload.arrival.rate", "workload.num_requests", "workload.duration_s", "seed", "slo")
 MAX_CONFIGS = 4096
 
 
@@ -66,6 +69,7 @@ class PlanConfig:
     tensor_parallel_size: int
     price_per_gpu_hour: float
     pipeline_parallel_size: int = 1  # a replica is tensor x pipeline parallel GPUs
+    unit: dict | None = None  # in a plan with units: sim/plan/unit.py's unit_shape; else None
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ class PlanSpec:
     keys: tuple[str, ...]
     configs: tuple[PlanConfig, ...]
     prices: dict  # gpu -> {"usd_per_gpu_hour", "source", ...}
+    clustered: bool = False  # some configuration is a unit of several replicas (sim/plan/unit.py)
 
 
 def _number(path: str, key: str, value, *, low: float, high: float | None = None,
@@ -140,10 +145,8 @@ def _space(path: str, raw) -> dict:
         if any(key == r or key.startswith(r + ".") for r in RESERVED):
             raise ConfigError(path, f"space.{key}", f"the plan sets this key itself ({', '.join(RESERVED)}); "
                               "search over other keys")
-        if key == "cluster" or key.startswith("cluster."):
-            raise ConfigError(path, f"space.{key}", "the plan searches one replica and counts replicas itself "
-                              "(the fleet and its router are not simulated); search engine, scheduler, kv or "
-                              "gpu keys")
+        if is_cluster_key(key):
+            check_cluster_key(path, key)
         if not isinstance(values, list) or not values:
             raise ConfigError(path, f"space.{key}", "expected a non-empty list of values")
         if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
@@ -194,20 +197,55 @@ def load_plan(path: str) -> PlanSpec:
     wl["num_requests"] = search.num_requests
     base["slo"] = {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s}
     keys = tuple(space)
-    configs = []
+    configs, shapes = [], []
     for index, combo in enumerate(itertools.product(*space.values())):
         data = copy.deepcopy(base)
         for key, value in zip(keys, combo):
             set_override(data, f"{key}={json.dumps(value)}", source=f"{path}: space")
-        sc = parse_scenario(data, source)  # every configuration is a valid scenario, or exit 2
-        if sc.cluster.num_replicas != 1:
-            raise ConfigError(source, "cluster.num_replicas", "the plan counts replicas itself: leave it 1")
+        values = dict(zip(keys, combo))
+        try:  # every configuration is a valid scenario (its pools too), or exit 2
+            sc = parse_scenario(data, source)
+            shape = unit_shape(sc)
+            if sc.cluster.num_replicas > 1 and sc.engine.pipeline_parallel_size > 1:
+                raise ConfigError(source, "cluster.num_replicas", (
+                    f"{sc.cluster.num_replicas} replicas of a pipeline-parallel engine (engine.pipeline_parallel_size "
+                    f"{sc.engine.pipeline_parallel_size}) are not modelled: a unit's replicas have one stage each"))
+        except ConfigError as exc:
+            raise _in_space(path, values, exc) from None
         if sc.gpu not in prices:
             raise ConfigError(path, "prices", f"no price for gpu {sc.gpu!r}; shipped: "
                               f"{', '.join(sorted(prices))}; add prices: {{{sc.gpu}: USD_PER_GPU_HOUR}}")
-        configs.append(PlanConfig(index, dict(zip(keys, combo)), data, source, sc.gpu,
+        shapes.append(shape)
+        configs.append(PlanConfig(index, values, data, source, sc.gpu,
                                   sc.engine.tensor_parallel_size, prices[sc.gpu]["usd_per_gpu_hour"],
                                   sc.engine.pipeline_parallel_size))
+    clustered = any(s["num_replicas"] > 1 for s in shapes)
+    if clustered:  # every configuration is a unit (of one replica, for the single ones)
+        configs = [dataclasses.replace(c, unit=s) for c, s in zip(configs, shapes)]
     name = doc.get("name") or Path(path).stem
     return PlanSpec(path, str(name), slo, target, search, keys, tuple(configs),
-                    {c.gpu: prices[c.gpu] for c in configs})
+                    {c.gpu: prices[c.gpu] for c in configs}, clustered)
+
+
+def _in_space(path: str, values: dict, exc: ConfigError) -> ConfigError:
+    """A configuration's scenario error, naming the plan file and the searched key behind it:
+    the key itself, one above or below it, else one sharing its section (``cluster.
+    disaggregation.prefill_replicas`` for an error in ``cluster.disaggregation.kv_transfer``);
+    the error unchanged when no searched key is involved."""
+    def closeness(k: str) -> tuple:
+        if exc.key == k or exc.key.startswith(k + "."):
+            return (3, len(k))
+        if k.startswith(exc.key + "."):
+            return (2, len(k))
+        shared = 0
+        for a, b in zip(k.split("."), exc.key.split(".")):
+            if a != b:
+                break
+            shared += 1
+        return (1 if shared >= 2 else 0, shared)
+
+    key = max(values, key=closeness, default=None)
+    if key is None or closeness(key)[0] == 0:
+        return exc
+    where = "" if exc.key == key else f"{exc.key}: "
+    return ConfigError(path, f"space.{key}", f"value {json.dumps(values[key])}: {where}{exc.message}")

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sim.plan.spec import PlanSpec
+from sim.plan.unit import UNIT_HEAD, unit_cells
 
 
 def _money(v) -> str:
@@ -25,16 +26,21 @@ def print_plan(spec: PlanSpec, ranked: list[dict], out_dir: Path, wall_s: float,
                     f"{q} TPOT <= {spec.slo.tpot_s * 1e3:g} ms, attainment >= {spec.slo.attainment:.0%}",
               header_style="bold")
     t.add_column("#", justify="right")
-    for key in spec.keys:
+    # a plan with units shows whole cluster mappings as the unit columns (router, replicas, P:D)
+    keys = [k for k in spec.keys if not (spec.clustered and k in ("cluster", "cluster.disaggregation"))]
+    for key in keys:
         t.add_column(key.rsplit(".", 1)[-1], no_wrap=True)
-    for col in ("status", "max req/s", f"{q} TTFT ms", f"{q} TPOT ms", "replicas", "GPUs", "USD/h", "USD/M out tok"):
+    units = UNIT_HEAD if spec.clustered else ()
+    for col in ("status", "max req/s", f"{q} TTFT ms", f"{q} TPOT ms", *units, "replicas", "GPUs", "USD/h",
+                "USD/M out tok"):
         t.add_column(col, justify="right" if col != "status" else "left", no_wrap=True)
     for r in ranked:
         at = r["at_max_rate"] or {}
         rate = "-" if r["max_rate"] is None else f"{'>=' if r['capped'] else ''}{r['max_rate']:.2f}"
         ttft = "-" if at.get("ttft_s") is None else f"{at['ttft_s'] * 1e3:.0f}"
         tpot = "-" if at.get("tpot_s") is None else f"{at['tpot_s'] * 1e3:.0f}"
-        t.add_row(str(r["rank"] or "-"), *(str(r["values"][k]) for k in spec.keys), r["status"], rate, ttft, tpot,
+        t.add_row(str(r["rank"] or "-"), *(str(r["values"][k]) for k in keys), r["status"], rate, ttft, tpot,
+                  *(unit_cells(r) if spec.clustered else ()),
                   str(r["replicas"] or "-"), str(r["gpus"] or "-"), _money(r["cost_per_hour"]),
                   _money(r["cost_per_million_output_tokens"]))
     console.print(t)
@@ -49,6 +55,8 @@ def print_plan(spec: PlanSpec, ranked: list[dict], out_dir: Path, wall_s: float,
         st = run.stats
         reuse = (f"; bracket reuse along {st['reuse_key']}: {st['warm_started']} warm starts, about "
                  f"{st['saved_estimate']} probes saved" if st["reuse_key"] else "")
+        if st.get("warm_from_one_replica"):
+            reuse += (f"; {st['warm_from_one_replica']} units started at N x their one-replica twin's max rate")
         reused = f", reused {run.reused} (--resume)" if run.reused else ""
         console.print(f"searched {run.computed}{reused}; probes run {st['run']}{reuse}", highlight=False)
         if st["below_smaller_pool"]:
