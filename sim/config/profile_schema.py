@@ -1,8 +1,10 @@
 """The scenario's engine profile keys: ``engine.profile`` and ``engine.profile_overrides``,
-and the batching defaults a profile sets (sim/cost/profile.py holds the profiles)."""
+the batching defaults a profile sets (sim/cost/profile.py holds the profiles), and the
+pipeline-parallel form each profile runs (``engine.pipeline_mode``, sim/engine/pipeline.py)."""
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,6 +34,31 @@ class ProfileOverrides(BaseModel):
 
 
 ProfileChoice = Annotated[ProfileName, Field(strict=False)]
+
+
+class PipelineMode(StrEnum):
+    """How a pipeline-parallel engine keeps batches in flight (sim/engine/pipeline.py)."""
+
+    VIRTUAL_ENGINES = "virtual-engines"  # vLLM V0: pp schedulers, 1/pp of the KV blocks each
+    BATCH_QUEUE = "batch-queue"  # vLLM V1: one scheduler and one pool, up to pp batches in flight
+
+
+#: The form each profile runs when ``engine.pipeline_mode`` is unset. Only vLLM V0 had virtual
+#: engines; vLLM V1 (``EngineCore.step_with_batch_queue``), SGLang (``event_loop_pp``: pp
+#: micro-batches over one KV pool) and TensorRT-LLM's PyTorch executor (pp micro-batches,
+#: ``inflight_req_ids`` skipped by its scheduler) all keep one scheduler and one pool with up
+#: to pp batches in flight; ``eager`` (kvsim's engine-neutral model) and ``compiled`` (one
+#: loop, one KV cache) follow them.
+PIPELINE_MODES: dict[str, PipelineMode] = {
+    name: PipelineMode.VIRTUAL_ENGINES if name == ProfileName.VLLM_V0 else PipelineMode.BATCH_QUEUE
+    for name in ProfileName
+}
+
+
+def pipeline_mode(engine) -> PipelineMode:
+    """The pipeline form a scenario's ``engine`` section runs: its ``pipeline_mode``, else its profile's."""
+    mode = engine.pipeline_mode
+    return PipelineMode(mode) if mode is not None else PIPELINE_MODES[engine.profile]
 
 
 def apply_profile_defaults(data: Any) -> Any:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from sim.config.cluster_schema import ClusterConfig
 from sim.config.limits import nonneg_float, nonneg_int, pos_float, pos_int
 from sim.config.paths import resolve_in
-from sim.config.profile_schema import ProfileChoice, ProfileOverrides, apply_profile_defaults
+from sim.config.profile_schema import PipelineMode, ProfileChoice, ProfileOverrides, apply_profile_defaults
 from sim.cost.profile import DEFAULT_PROFILE
 from sim.kv import AllocatorKind
 from sim.kv.eviction import PrefixEviction
@@ -208,6 +208,7 @@ class EngineConfig(_Frozen):
     tensor_parallel_size: Literal[1, 2, 4, 8] = 1  # GPUs one replica is split over (sim/model/parallel.py)
     # pipeline parallelism (issue #15): stages of layers, tp x pp GPUs a replica (sim/engine/pipeline.py)
     pipeline_parallel_size: Literal[1, 2, 4, 8] = 1
+    pipeline_mode: _choice(PipelineMode) | None = None  # None: the profile's form (profile_schema.PIPELINE_MODES)
 
     @field_validator("tensor_parallel_size", "pipeline_parallel_size", mode="before")
     @classmethod

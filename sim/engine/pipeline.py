@@ -2,13 +2,13 @@
 
 With ``engine.pipeline_parallel_size`` = pp > 1 a replica's layers are split into pp stages
 (sim/model/parallel.py), each on ``tensor_parallel_size`` GPUs. Each stage is a SimPy
-resource of capacity 1: a batch holds stage 0 for its stage-0 time (sim/cost/pipeline.py),
-sends its activations over the p2p link (a delay that holds no stage), holds stage 1, and
-so on; the last stage's end is the step's end. Several batches are in flight at once, so
-while one batch is in stage 1 the next can run in stage 0: pipeline bubbles and overlap
-come out of the simulation, not out of a formula.
+resource a batch holds for its stage time, the activations crossing the p2p link in between
+(sim/engine/pipeline_stages.py, stage times from sim/cost/pipeline.py): pipeline bubbles and
+overlap come out of the simulation, not out of a formula.
 
-Which batches are in flight is the engine's business. vLLM has had two forms:
+Which batches are in flight is the engine's business. vLLM has had two forms, and
+``engine.pipeline_mode`` picks one (default: the profile's, sim/config/profile_schema.py
+``PIPELINE_MODES``: ``virtual-engines`` for ``vllm-v0``, ``batch-queue`` for every other):
 
 - **V0: virtual engines** (vllm/engine/llm_engine.py and vllm/core/scheduler.py before
   V1): pp virtual engines, each with its own scheduler and block manager of 1/pp of the KV
@@ -17,21 +17,24 @@ Which batches are in flight is the engine's business. vLLM has had two forms:
   (``_add_processed_request``: "Add the sequence group to the scheduler with least
   unfinished seqs"); each virtual engine runs one batch at a time (the async engine keeps
   one ``engine_step`` per virtual engine in flight), so a request is in at most one batch.
+  This module runs it: the virtual engines are the cluster machinery's replicas
+  (sim/engine/cluster.py) on one SimPy clock, fed by a least-outstanding router without
+  sticky sessions, each with its own scheduler, allocator of ``num_gpu_blocks // pp``
+  blocks, swap space of 1/pp, front end and step log, all sharing the stages. Macro-steps
+  (sim/engine/macro.py) advance one engine's clock by summed step durations, which is not
+  valid when a step waits for stages another engine holds: a pipeline run has them off.
 - **V1: a batch queue** (vllm/v1/engine/core.py ``EngineCore``: ``batch_queue_size =
-  max_concurrent_batches``, "required by pipeline parallelism to eliminate pipeline
-  bubbles"; ``step_with_batch_queue``): one scheduler and one KV pool, up to pp batches
-  in flight, a request scheduled again only after its batch came back.
+  max_concurrent_batches`` = pp, ``step_with_batch_queue``): one scheduler and one KV pool
+  of all the blocks, up to pp batches in flight, a request scheduled again only after its
+  batch came back. sim/engine/pipeline_batch_queue.py runs it (its docstring has what
+  vLLM's scheduler does with requests in flight).
 
-This module runs the **V0 form for every engine profile** (``vllm-v1`` included): the
-virtual engines are the cluster machinery's replicas (sim/engine/cluster.py) on one SimPy
-clock, fed by a least-outstanding router without sticky sessions, each with its own
-scheduler, allocator of ``num_gpu_blocks // pp`` blocks, swap space of 1/pp, front end and
-step log, all sharing the stages. The V1 batch queue (one pool shared by the batches in
-flight) is not modelled yet. Macro-steps (sim/engine/macro.py) advance one engine's clock
-by summed step durations, which is not valid when a step waits for stages another engine
-holds: a pipeline run has them off. ``cluster.num_replicas`` > 1 with pp > 1 is refused.
+``PipelineSimulation(sc)`` builds the form the scenario runs: a :class:`PipelineSimulation`
+(virtual engines; ``run()`` returns a ClusterResult) or a
+:class:`~sim.engine.pipeline_batch_queue.BatchQueueSimulation` (``run()`` returns a
+SimResult); ``summarize_pipeline`` (sim/engine/pipeline_summary.py) writes either's
+summary.json. ``cluster.num_replicas`` > 1 with pp > 1 is refused in both.
 """
-
 from __future__ import annotations
 
 import dataclasses
@@ -39,52 +42,16 @@ import dataclasses
 import simpy
 
 from sim.config.cluster_schema import ClusterConfig
+from sim.config.profile_schema import PipelineMode, pipeline_mode
 from sim.config.scenario import Scenario
 from sim.engine.cluster import ClusterResult, ClusterSimulation, Replica
 from sim.engine.parts import EngineParts, SessionDriver, build_parts, engine_state
+from sim.engine.pipeline_batch_queue import BatchQueueSimulation
+from sim.engine.pipeline_stages import StagedRunner, Stages
 from sim.engine.router import Router
-from sim.engine.step import PredictedRunner
 from sim.errors import ConfigError
 from sim.model.memory import check_fits_one_sequence
 from sim.model.parallel import PP_KEY
-from sim.sched.output import SchedulerOutput
-
-
-class Stages:
-    """The pipeline's stages: one SimPy resource each, and how long each was busy."""
-
-    def __init__(self, env: simpy.Environment, num_stages: int) -> None:
-        self.env = env
-        self.slots = [simpy.Resource(env, capacity=1) for _ in range(num_stages)]
-        self.busy_s = [0.0] * num_stages
-        self.batches = 0
-
-    def hold(self, times: tuple[float, ...], transfer_s: float):
-        """A batch through every stage in turn: wait for the stage, compute, send the activations on."""
-        env = self.env
-        self.batches += 1
-        for i, seconds in enumerate(times):
-            if i:
-                yield env.timeout(transfer_s)  # activations over the p2p link to stage i
-            with self.slots[i].request() as slot:
-                yield slot
-                yield env.timeout(seconds)
-            self.busy_s[i] += seconds
-
-
-class StagedRunner(PredictedRunner):
-    """A BatchRunner (sim/engine/step.py) on a PipelineCost: the compute wait is one batch's
-    time through every stage, and the stage times are kept for the stages to hold."""
-
-    def __init__(self, cost) -> None:
-        super().__init__(cost)
-        self.last: tuple[tuple[float, ...], float] = ((), 0.0)  # (stage seconds, transfer seconds)
-
-    def compute_s(self, out: SchedulerOutput, idle_before_s: float) -> float:
-        shape = out.batch_shape()
-        times, transfer = self.cost.stage_times_s(shape, idle_before_s), self.cost.transfer_s(shape)
-        self.last = (times, transfer)
-        return sum(times) + (len(times) - 1) * transfer
 
 
 class VirtualEngine(Replica):
@@ -122,9 +89,17 @@ def virtual_engine_parts(first: EngineParts, pp: int) -> list[EngineParts]:
 
 
 class PipelineSimulation(ClusterSimulation):
-    """One pipeline-parallel replica (module docstring); ``run()`` returns a ClusterResult whose
-    ``replicas`` are the virtual engines and whose ``extra["pipeline"]`` holds the stages' figures
-    (``summarize_pipeline`` writes summary.json)."""
+    """One pipeline-parallel replica in vLLM V0's form (module docstring); ``run()`` returns a
+    ClusterResult whose ``replicas`` are the virtual engines and whose ``extra["pipeline"]`` holds
+    the stages' figures (``summarize_pipeline`` writes summary.json).
+
+    Constructing it for a scenario whose form is ``batch-queue`` gives a BatchQueueSimulation
+    instead (``__new__``), so ``sim run`` and ``sim sweep`` need not know the forms apart."""
+
+    def __new__(cls, sc: Scenario, progress=None):
+        if cls is PipelineSimulation and pipeline_mode(sc.engine) is PipelineMode.BATCH_QUEUE:
+            return BatchQueueSimulation(sc, progress)
+        return super().__new__(cls)
 
     def __init__(self, sc: Scenario, progress=None) -> None:  # noqa: PLW0231 -- the cluster's, per virtual engine
         pp = sc.engine.pipeline_parallel_size
@@ -157,4 +132,5 @@ class PipelineSimulation(ClusterSimulation):
         return result
 
 
-__all__ = ["PipelineSimulation", "StagedRunner", "Stages", "VirtualEngine", "virtual_engine_parts"]
+__all__ = ["BatchQueueSimulation", "PipelineSimulation", "StagedRunner", "Stages", "VirtualEngine",
+           "virtual_engine_parts"]

@@ -1,19 +1,28 @@
-"""summary.json of a pipeline-parallel run (sim/engine/pipeline.py).
+"""summary.json of a pipeline-parallel run (sim/engine/pipeline.py), in either form.
 
-The cluster summary (sim/engine/cluster.py ``summarize_cluster``) over the virtual engines,
-which its ``replicas`` entries and the ``replica`` column of requests.csv and steps.csv stand
-for, plus a ``parallel`` block:
+**Batch queue** (vLLM V1, sim/engine/pipeline_batch_queue.py): a single engine's summary
+(sim/engine/metrics.py ``summarize``: one scheduler, one pool) plus the ``parallel`` block
+below with ``form`` ``batch-queue``, ``max_batches_in_flight`` (pp),
+``peak_batches_in_flight`` and ``num_gpu_blocks`` (the one pool). ``engine.num_steps``
+counts batches; ``engine.busy_s`` is the time at least one batch was in flight.
+
+**Virtual engines** (vLLM V0): the cluster summary (sim/engine/cluster.py
+``summarize_cluster``) over the virtual engines, which its ``replicas`` entries and the
+``replica`` column of requests.csv and steps.csv stand for, plus a ``parallel`` block.
+
+The ``parallel`` block:
 
 - ``tensor_parallel_size``, ``pipeline_parallel_size``, ``gpus_per_replica`` (tp x pp);
-- ``stage_layers`` (vLLM's split), ``form`` (``v0-virtual-engines``: what runs for every
-  profile), ``virtual_engines`` and ``blocks_per_virtual_engine``;
+- ``stage_layers`` (vLLM's split), ``form`` (``virtual-engines`` or ``batch-queue``) and
+  ``form_from`` (``engine.pipeline_mode``, or the profile whose default it is); for virtual
+  engines ``virtual_engines`` and ``blocks_per_virtual_engine``;
 - ``stages``: per stage its layers, weights and KV pool of one of its GPUs, and
   ``busy_share`` (its busy time over the simulated time);
 - ``bubble_share``: idle stage time over stages x simulated time (1 - the mean busy share;
   it counts idle time for lack of requests too);
 - ``batches``: batches run through the pipeline.
 
-Its ``cluster`` block is the one replica's: ``num_replicas`` 1, ``router`` least-outstanding without
+With virtual engines, the ``cluster`` block is the one replica's: ``num_replicas`` 1, ``router`` least-outstanding without
 sticky sessions (vLLM V0 places a request on the virtual engine with the fewest unfinished).
 report.html and the terminal table call the ``replicas`` entries "virtual engine i (stage
 pipeline)" (sim/outputs/report.py, table.py).
@@ -25,12 +34,13 @@ engine's step lasts from its schedule to its last stage's end, waits for stages 
 from __future__ import annotations
 
 from sim.engine.cluster import ClusterResult, summarize_cluster
+from sim.engine.metrics import summarize
+from sim.engine.simulation import SimResult
 
 
-def summarize_pipeline(result: ClusterResult) -> dict:
-    """summary.json of a PipelineSimulation's result (module docstring)."""
-    out = summarize_cluster(result)
-    info = result.extra["pipeline"]
+def _parallel(result, form: str) -> dict:
+    """The ``parallel`` block both forms share (module docstring)."""
+    info, eng = result.extra["pipeline"], result.scenario.engine
     plan, busy, span = info["plan"], info["stage_busy_s"], result.end_s
     pp, tp = plan.pipeline_parallel_size, plan.tensor_parallel_size
     shares = [b / span if span > 0 else 0.0 for b in busy]
@@ -38,12 +48,40 @@ def summarize_pipeline(result: ClusterResult) -> dict:
                "kv_pool_bytes_per_gpu": st.kv_pool_bytes, "kv_bytes_per_token_per_gpu": st.bytes_per_token,
                "busy_s": b, "busy_share": share}
               for i, (st, b, share) in enumerate(zip(plan.stages, busy, shares))]
-    out["parallel"] = {
+    return {
         "tensor_parallel_size": tp, "pipeline_parallel_size": pp, "gpus_per_replica": tp * pp,
-        "stage_layers": info["stage_layers"], "form": "v0-virtual-engines", "virtual_engines": pp,
-        "blocks_per_virtual_engine": plan.num_gpu_blocks // pp, "batches": info["batches"],
-        "bubble_share": 1.0 - sum(shares) / pp if span > 0 else 0.0, "stages": stages,
+        "stage_layers": info["stage_layers"], "form": form,
+        "form_from": "engine.pipeline_mode" if eng.pipeline_mode is not None else f"profile {eng.profile}",
+        "batches": info["batches"], "bubble_share": 1.0 - sum(shares) / pp if span > 0 else 0.0, "stages": stages,
     }
+
+
+def _summarize_batch_queue(result: SimResult) -> dict:
+    out = summarize(result)
+    info, plan = result.extra["pipeline"], result.plan
+    pp = plan.pipeline_parallel_size
+    par = _parallel(result, "batch-queue")
+    par.update(max_batches_in_flight=pp, peak_batches_in_flight=info["peak_batches_in_flight"],
+               num_gpu_blocks=plan.num_gpu_blocks)
+    out["parallel"] = par
+    out["notes"].append(
+        f"pipeline_parallel_size {pp}: vLLM V1's batch queue: one scheduler and one KV pool of"
+        f" {plan.num_gpu_blocks:,} blocks, up to {pp} batches in flight through the stages; engine.num_steps"
+        " counts batches and engine.busy_s the time a batch was in flight; see `parallel`")
+    wall = out.pop("sim_wall_s")
+    out["sim_wall_s"] = wall  # last, as in a single engine's summary
+    return out
+
+
+def summarize_pipeline(result: ClusterResult | SimResult) -> dict:
+    """summary.json of a PipelineSimulation's result, either form (module docstring)."""
+    if isinstance(result, SimResult):
+        return _summarize_batch_queue(result)
+    out = summarize_cluster(result)
+    plan = result.extra["pipeline"]["plan"]
+    pp = plan.pipeline_parallel_size
+    out["parallel"] = _parallel(result, "virtual-engines")
+    out["parallel"].update(virtual_engines=pp, blocks_per_virtual_engine=plan.num_gpu_blocks // pp)
     # the engine's own router over its virtual engines (sim/engine/pipeline.py), not the scenario's cluster keys
     out["cluster"].update(router="least-outstanding", sticky_sessions=False)
     out["notes"].append(

@@ -1,4 +1,5 @@
-"""The pipeline-parallel engine: virtual engines whose batches hold the stages in turn (sim/engine/pipeline.py)."""
+"""The pipeline-parallel engine in vLLM V0's form: virtual engines whose batches hold the stages in turn
+(sim/engine/pipeline.py; ``engine.pipeline_mode: virtual-engines``, the vllm-v0 profile's default)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from sim.errors import ConfigError
 
 BASE = {
     "name": "pp", "seed": 3, "model": "llama-3-8b", "gpu": "a100-80gb",
-    "engine": {"profile": "eager", "max_model_len": 4096},
+    "engine": {"profile": "eager", "max_model_len": 4096, "pipeline_mode": "virtual-engines"},
     "workload": {"num_requests": 1, "arrival": {"type": "poisson", "rate": 1.0},
                  "prompt_tokens": {"type": "fixed", "value": 500},
                  "output_tokens": {"type": "fixed", "value": 40}},

@@ -1,4 +1,4 @@
-"""A pipeline-parallel run's report.html and terminal table name its virtual engines as such
+"""A pipeline-parallel run in vLLM V0's form: its report.html and terminal table name its virtual engines as such
 (not "replicas"), and its summary's cluster block names the router it really has."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from sim.cli.main import main
 
 SCENARIO = {
     "name": "pp-out", "seed": 5, "model": "llama-3-70b", "gpu": "h100-sxm",
-    "engine": {"profile": "eager", "max_model_len": 4096, "tensor_parallel_size": 2, "pipeline_parallel_size": 2},
+    "engine": {"profile": "eager", "max_model_len": 4096, "tensor_parallel_size": 2, "pipeline_parallel_size": 2,
+               "pipeline_mode": "virtual-engines"},
     "workload": {"num_requests": 30, "arrival": {"type": "poisson", "rate": 4.0},
                  "prompt_tokens": {"type": "fixed", "value": 400},
                  "output_tokens": {"type": "fixed", "value": 30}},
