@@ -126,6 +126,12 @@ class DecodeRun:
             return 0
         t_next = env.peek()
         now = env.now
+        idle = idle0 = math.inf if core.last_end_s is None else now - core.last_end_s
+        cost = sim.cost
+        step_time = cost.step_time_s
+        t_first = now + step_time(BatchShape(n, 0, n, sum(c0) + n, 0.0, 0, 0), idle0)
+        if not t_first < t_next and not (self.straddle and now < t_next < t_first):
+            return 0  # the first step already meets the next event (a cluster's other replicas)
         B = alloc.block_size
         pool = alloc.pool
         tables = alloc.block_tables  # held_slots(r), inlined: len(table) x block_size
@@ -141,11 +147,8 @@ class DecodeRun:
             buckets.setdefault(room if room > 0 else 0, []).append(i)
         next_cross = min(buckets)
         kv = s_comp + n  # decode_kv_tokens of the first step: sum(computed + 1)
-        idle = idle0 = math.inf if core.last_end_s is None else now - core.last_end_s
-        cost = sim.cost
         fast = getattr(cost, "decode_time_fn", None)
         fast = fast(n, n) if fast is not None else None  # kv -> the step's time, idle 0
-        step_time = cost.step_time_s
         fe = sim.frontend
         token_work = fe.token_s * n if fe is not None else 0.0
         allocated, cached_free = alloc.num_allocated_slots(), alloc.num_cached_free_slots()
