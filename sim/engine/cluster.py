@@ -41,6 +41,7 @@ from sim.engine.disagg_summary import disaggregation_summary, prefill_pool_hit_r
 from sim.engine.parts import EngineParts, SessionDriver, build_parts, replica_parts, without_vetoed_defaults
 from sim.engine.router import Router
 from sim.engine.simulation import SimResult, Simulation
+from sim.errors import ConfigError
 from sim.request import Request
 from sim.workload.generate import SessionSpec
 
@@ -123,9 +124,24 @@ class ClusterResult:
                                    sim_wall_s=self.sim_wall_s, extra={})
 
 
+def _refuse_pipeline_pools(sc: Scenario, prefill: list[EngineParts], decode: list[EngineParts]) -> None:
+    """A pool override ``engine.pipeline_parallel_size`` > 1: one error line (the hand-off
+    drives one-stage engines; sim/engine/pipeline_cluster.py ``check_pipeline_cluster``)."""
+    for role, pool in (("prefill", prefill), ("decode", decode)):
+        pp = pool[0].sc.engine.pipeline_parallel_size
+        if pp > 1:
+            raise ConfigError(sc.source_path, f"cluster.disaggregation.{role}.engine.pipeline_parallel_size", (
+                f"a disaggregated pool of pipeline-parallel engines ({pp} stages) is not modelled: the KV "
+                "hand-off knows one-stage engines only; set it to 1 (tensor parallelism is modelled)"))
+
+
 class ClusterSimulation:
     """One run of a scenario with ``cluster.num_replicas`` engines; ``run()`` returns a
     :class:`ClusterResult` (``summarize_cluster`` turns it into summary.json)."""
+
+    #: The engine of each replica; replicas of a pipeline-parallel engine (vLLM V1's batch
+    #: queue) are sim/engine/pipeline_cluster.py's BatchQueueReplica (#15).
+    replica_class = Replica
 
     def __init__(self, sc: Scenario, progress=None, macro_steps: bool = True) -> None:
         dis = sc.cluster.disaggregation
@@ -135,6 +151,7 @@ class ClusterSimulation:
             self.sc = first.sc
         else:  # a prefill pool and a decode pool, each with its own engine settings
             prefill, decode, sizing = build_pools(sc)
+            _refuse_pipeline_pools(sc, prefill, decode)  # pools of pipeline-parallel engines: not modelled (#15)
             first = prefill[0]
             pools = [prefill, [with_sessions(p, first.sessions) for p in decode]]
             self.sc = without_vetoed_defaults(sc, first.model)
@@ -149,7 +166,7 @@ class ClusterSimulation:
         self.replicas = []
         for role, pool in zip(roles, pools):
             for parts in pool:
-                self.replicas.append(Replica(self, len(self.replicas), parts, role))
+                self.replicas.append(self.replica_class(self, len(self.replicas), parts, role))
         routed = self.replicas if dis is None else self.replicas[:dis.prefill_replicas]
         self.router = Router(sc.cluster, routed)  # with disaggregation: over the prefill pool
         self.handoff = None if dis is None else Disaggregation(

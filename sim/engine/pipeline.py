@@ -30,10 +30,14 @@ Which batches are in flight is the engine's business. vLLM has had two forms, an
   vLLM's scheduler does with requests in flight).
 
 ``PipelineSimulation(sc)`` builds the form the scenario runs: a :class:`PipelineSimulation`
-(virtual engines; ``run()`` returns a ClusterResult) or a
+(virtual engines; ``run()`` returns a ClusterResult), a
 :class:`~sim.engine.pipeline_batch_queue.BatchQueueSimulation` (``run()`` returns a
-SimResult); ``summarize_pipeline`` (sim/engine/pipeline_summary.py) writes either's
-summary.json. ``cluster.num_replicas`` > 1 with pp > 1 is refused in both.
+SimResult) or, with ``cluster.num_replicas`` > 1, a
+:class:`~sim.engine.pipeline_cluster.PipelineCluster` of batch-queue replicas behind the
+cluster's router (``run()`` returns a ClusterResult); ``summarize_pipeline``
+(sim/engine/pipeline_summary.py) writes each one's summary.json. Replicas of the
+virtual-engines form, and disaggregated pools of either form, are refused
+(sim/engine/pipeline_cluster.py ``check_pipeline_cluster`` says why).
 """
 from __future__ import annotations
 
@@ -47,6 +51,7 @@ from sim.config.scenario import Scenario
 from sim.engine.cluster import ClusterResult, ClusterSimulation, Replica
 from sim.engine.parts import EngineParts, SessionDriver, build_parts, engine_state
 from sim.engine.pipeline_batch_queue import BatchQueueSimulation
+from sim.engine.pipeline_cluster import PipelineCluster, check_pipeline_cluster
 from sim.engine.pipeline_stages import StagedRunner, Stages
 from sim.engine.router import Router
 from sim.errors import ConfigError
@@ -97,16 +102,16 @@ class PipelineSimulation(ClusterSimulation):
     instead (``__new__``), so ``sim run`` and ``sim sweep`` need not know the forms apart."""
 
     def __new__(cls, sc: Scenario, progress=None):
+        check_pipeline_cluster(sc)  # disaggregated pools, replicas of virtual engines: one error line
         if cls is PipelineSimulation and pipeline_mode(sc.engine) is PipelineMode.BATCH_QUEUE:
+            if sc.cluster.num_replicas > 1:  # replicas of the batch queue behind a router
+                return PipelineCluster(sc, progress)
             return BatchQueueSimulation(sc, progress)
         return super().__new__(cls)
 
     def __init__(self, sc: Scenario, progress=None) -> None:  # noqa: PLW0231 -- the cluster's, per virtual engine
         pp = sc.engine.pipeline_parallel_size
-        if sc.cluster.num_replicas > 1:
-            raise ConfigError(sc.source_path, "cluster.num_replicas", (
-                f"{sc.cluster.num_replicas} replicas of a pipeline-parallel engine (engine.pipeline_parallel_size"
-                f" {pp}) are not modelled yet: set cluster.num_replicas: 1 or pipeline_parallel_size: 1"))
+        check_pipeline_cluster(sc)  # (a subclass may skip __new__'s)
         first = build_parts(sc)
         self.sc = sc = first.sc
         self.cal, self.plan, self.sessions = first.cal, first.plan, first.sessions

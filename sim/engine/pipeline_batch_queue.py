@@ -57,7 +57,8 @@ the ``eager`` profile, and 0.946 against 0.990 with ``vllm-v1`` (whose ramp-up s
 Step log: a row per batch, written when its output is applied; its ``duration_s`` is the
 time since the previous row when that is shorter than the batch's own time, so the rows
 tile the time the engine had a batch in flight (``engine.busy_s``) and time-weighted means
-stay means. Macro-steps are off. ``cluster.num_replicas`` > 1 with pp > 1 is refused.
+stay means. Macro-steps are off. ``cluster.num_replicas`` > 1 runs replicas of this engine
+behind the cluster's router (sim/engine/pipeline_cluster.py).
 """
 
 from __future__ import annotations
@@ -132,12 +133,18 @@ class BatchQueueSimulation(Simulation):
 
     def __init__(self, sc: Scenario, progress=None, step_hook=None) -> None:  # noqa: PLW0231 -- its own checks
         pp = sc.engine.pipeline_parallel_size
-        if sc.cluster.num_replicas > 1:
+        if sc.cluster.num_replicas > 1:  # replicas of it: sim/engine/pipeline_cluster.py
             raise ConfigError(sc.source_path, "cluster.num_replicas", (
-                f"{sc.cluster.num_replicas} replicas of a pipeline-parallel engine (engine.pipeline_parallel_size"
-                f" {pp}) are not modelled yet: set cluster.num_replicas: 1 or pipeline_parallel_size: 1"))
+                f"{sc.cluster.num_replicas} replicas of a pipeline-parallel engine run as a cluster "
+                "(sim/engine/pipeline_cluster.py, through PipelineSimulation: `sim run`, `sim sweep`); "
+                "this class simulates one engine: set cluster.num_replicas: 1"))
         self._assemble(build_parts(sc), simpy.Environment(), None, step_hook, macro_steps=False)
         self.progress = progress
+        self._init_queue(pp)
+
+    def _init_queue(self, pp: int) -> None:
+        """The batch queue's state on an assembled engine (a cluster's replica calls it too,
+        sim/engine/pipeline_cluster.py): its own stages, runner and step log."""
         self.pp = pp
         self.stages = Stages(self.env, pp)
         self.runner = StagedRunner(self.cost)
@@ -235,12 +242,16 @@ class BatchQueueSimulation(Simulation):
         self._entering = None
         self._pump()
 
-    def run(self) -> SimResult:
-        result = super().run()
-        result.extra["pipeline"] = {
+    def pipeline_info(self) -> dict:
+        """The stages' figures (``extra["pipeline"]`` of a result, sim/engine/pipeline_summary.py)."""
+        return {
             "stage_busy_s": list(self.stages.busy_s), "batches": self.stages.batches, "plan": self.plan,
             "stage_layers": list(getattr(self.cost, "stage_layers", (self.model.num_layers,))),
             "peak_batches_in_flight": self.peak_in_flight}
+
+    def run(self) -> SimResult:
+        result = super().run()
+        result.extra["pipeline"] = self.pipeline_info()
         return result
 
 

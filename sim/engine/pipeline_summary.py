@@ -1,4 +1,4 @@
-"""summary.json of a pipeline-parallel run (sim/engine/pipeline.py), in either form.
+"""summary.json of a pipeline-parallel run (sim/engine/pipeline.py), in any form.
 
 **Batch queue** (vLLM V1, sim/engine/pipeline_batch_queue.py): a single engine's summary
 (sim/engine/metrics.py ``summarize``: one scheduler, one pool) plus the ``parallel`` block
@@ -12,7 +12,8 @@ counts batches; ``engine.busy_s`` is the time at least one batch was in flight.
 
 The ``parallel`` block:
 
-- ``tensor_parallel_size``, ``pipeline_parallel_size``, ``gpus_per_replica`` (tp x pp);
+- ``tensor_parallel_size``, ``pipeline_parallel_size``, ``gpus_per_replica`` (tp x pp),
+  ``num_replicas`` (model copies: 1 but for replicas of the batch queue) and ``gpus`` (all of them);
 - ``stage_layers`` (vLLM's split), ``form`` (``virtual-engines`` or ``batch-queue``) and
   ``form_from`` (``engine.pipeline_mode``, or the profile whose default it is); for virtual
   engines ``virtual_engines`` and ``blocks_per_virtual_engine``;
@@ -21,6 +22,15 @@ The ``parallel`` block:
 - ``bubble_share``: idle stage time over stages x simulated time (1 - the mean busy share;
   it counts idle time for lack of requests too);
 - ``batches``: batches run through the pipeline.
+
+**Replicas of the batch queue** (``cluster.num_replicas`` N > 1, sim/engine/pipeline_cluster.py):
+the cluster summary (``summarize_cluster``: per-replica entries, totals), its ``cluster``
+block with ``gpus`` (N x tp x pp); a ``parallel`` block over the whole (as the batch
+queue's, with ``num_replicas``, ``gpus``, ``num_gpu_blocks_per_replica``, ``batches`` summed,
+stage ``busy_s`` summed and ``busy_share`` / ``bubble_share`` the means over replicas,
+``peak_batches_in_flight`` the largest), and in each ``replicas`` entry a ``parallel``
+block of its own stages (``stages``: ``busy_s``, ``busy_share``; ``bubble_share``,
+``batches``, ``peak_batches_in_flight``).
 
 With virtual engines, the ``cluster`` block is the one replica's: ``num_replicas`` 1, ``router`` least-outstanding without
 sticky sessions (vLLM V0 places a request on the virtual engine with the fewest unfinished).
@@ -50,6 +60,7 @@ def _parallel(result, form: str) -> dict:
               for i, (st, b, share) in enumerate(zip(plan.stages, busy, shares))]
     return {
         "tensor_parallel_size": tp, "pipeline_parallel_size": pp, "gpus_per_replica": tp * pp,
+        "num_replicas": 1, "gpus": tp * pp,  # one model copy (replicas of the batch queue: N, N x tp x pp)
         "stage_layers": info["stage_layers"], "form": form,
         "form_from": "engine.pipeline_mode" if eng.pipeline_mode is not None else f"profile {eng.profile}",
         "batches": info["batches"], "bubble_share": 1.0 - sum(shares) / pp if span > 0 else 0.0, "stages": stages,
@@ -73,10 +84,44 @@ def _summarize_batch_queue(result: SimResult) -> dict:
     return out
 
 
+def _summarize_batch_queue_cluster(result: ClusterResult) -> dict:
+    """Replicas of a batch-queue engine (sim/engine/pipeline_cluster.py): the cluster's summary,
+    a ``parallel`` block over the whole (stage busy shares: means over replicas) and one in
+    each ``replicas`` entry (its own stages)."""
+    out = summarize_cluster(result)
+    n = len(result.replicas)
+    per = [_parallel(r, "batch-queue") for r in result.replicas]
+    whole = dict(per[0])  # the settings every replica shares; the figures follow
+    tp, pp, plan = whole["tensor_parallel_size"], whole["pipeline_parallel_size"], result.replicas[0].plan
+    busy = [sum(p["stages"][i]["busy_s"] for p in per) for i in range(pp)]
+    whole["stages"] = [{**st, "busy_s": b, "busy_share": sum(p["stages"][i]["busy_share"] for p in per) / n}
+                       for i, (st, b) in enumerate(zip(whole["stages"], busy))]
+    whole.update(
+        num_replicas=n, gpus=n * tp * pp, batches=sum(p["batches"] for p in per),
+        bubble_share=sum(p["bubble_share"] for p in per) / n, max_batches_in_flight=pp,
+        peak_batches_in_flight=max(r.extra["pipeline"]["peak_batches_in_flight"] for r in result.replicas),
+        num_gpu_blocks_per_replica=plan.num_gpu_blocks)
+    out["parallel"] = whole
+    out["cluster"]["gpus"] = n * tp * pp
+    for entry, p, r in zip(out["replicas"], per, result.replicas):
+        entry["parallel"] = {"batches": p["batches"], "bubble_share": p["bubble_share"],
+                             "peak_batches_in_flight": r.extra["pipeline"]["peak_batches_in_flight"],
+                             "stages": [{k: st[k] for k in ("stage", "busy_s", "busy_share")} for st in p["stages"]]}
+    out["notes"].append(
+        f"pipeline_parallel_size {pp}: {n} replicas, each vLLM V1's batch queue on its own {pp} stages of {tp} GPU(s)"
+        f" (one scheduler and one KV pool of {plan.num_gpu_blocks:,} blocks, up to {pp} batches in flight):"
+        f" {n} x {tp} x {pp} = {n * tp * pp} GPUs; see `parallel` and each replica's `parallel`")
+    wall = out.pop("sim_wall_s")
+    out["sim_wall_s"] = wall  # last, as in a single engine's summary
+    return out
+
+
 def summarize_pipeline(result: ClusterResult | SimResult) -> dict:
-    """summary.json of a PipelineSimulation's result, either form (module docstring)."""
+    """summary.json of a PipelineSimulation's result, any form (module docstring)."""
     if isinstance(result, SimResult):
         return _summarize_batch_queue(result)
+    if result.extra["pipeline"].get("form") == "batch-queue":  # replicas (sim/engine/pipeline_cluster.py)
+        return _summarize_batch_queue_cluster(result)
     out = summarize_cluster(result)
     plan = result.extra["pipeline"]["plan"]
     pp = plan.pipeline_parallel_size

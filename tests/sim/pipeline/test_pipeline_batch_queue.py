@@ -200,9 +200,13 @@ def test_a_request_longer_than_half_the_pool_runs_in_the_batch_queue_only() -> N
     assert s["requests"]["completed"] == 1 and s["kv"]["peak_used_fraction"] > 0.5
 
 
-def test_replicas_of_a_batch_queue_engine_are_refused() -> None:
+def test_replicas_of_a_batch_queue_engine_run_as_a_cluster() -> None:
+    # (sim/engine/pipeline_cluster.py; tests/sim/pipeline/test_pipeline_replicas.py covers them)
     data = _data(2)
     data["cluster"] = {"num_replicas": 2}
-    with pytest.raises(ConfigError) as err:
-        PipelineSimulation(parse_scenario(data, "bq.yaml"))
+    sc = parse_scenario(data, "bq.yaml")
+    sim = PipelineSimulation(sc)
+    assert type(sim).__name__ == "PipelineCluster" and len(sim.replicas) == 2
+    with pytest.raises(ConfigError) as err:  # the one-engine class alone still refuses them
+        BatchQueueSimulation(sc)
     assert err.value.key == "cluster.num_replicas"
