@@ -4,7 +4,7 @@ A scenario with ``cluster.num_replicas: N > 1`` runs N copies of its engine: the
 model, GPU, tensor parallelism, profile and KV settings, each with its own scheduler,
 allocator, swap space, PCIe link, front end and step log (a :class:`Replica` is a
 :class:`~sim.engine.simulation.Simulation` assembled on the cluster's SimPy environment,
-so every replica runs the very same engine loop, macro-steps included). One
+so every replica runs the very same engine loop). One
 :class:`~sim.engine.parts.SessionDriver` makes every request (ids and conversation history
 are global, in arrival order); the router (sim/engine/router.py) picks a replica, whose
 front end or scheduler then gets it. With ``sticky_sessions`` the later turns of a
@@ -16,9 +16,12 @@ request on a prefill replica and the hand-off (sim/engine/disagg.py) moves its K
 decode replica; summary.json gains ``cluster.disaggregation`` (sim/engine/disagg_summary.py)
 and each replica's ``role``.
 
-A replica's macro-step stretch ends before the next event of the whole cluster (another
-replica's step, an arrival), so nothing can read or change its state mid-stretch: the
-results are exactly those of stepping one by one.
+Macro-steps (sim/engine/macro.py) are off by default in a cluster: a replica's stretch must
+end before the next event of the whole cluster (another replica's step, an arrival: the
+router reads replicas), so stretches are a step or two long and cost more than they save
+(4 replicas replaying the Azure trace: 8.0 CPU s with them, 6.0 without; benchmarks/
+RESULTS.md). ``macro_steps=True`` turns them on; the results are exactly the same either way
+(tests/sim/cluster/test_cluster_routing.py).
 
 :func:`summarize_cluster` writes summary.json: today's keys over every request (latencies,
 the cluster's throughput), KV, preemption and engine figures aggregated over replicas (the
@@ -143,7 +146,7 @@ class ClusterSimulation:
     #: queue) are sim/engine/pipeline_cluster.py's BatchQueueReplica (#15).
     replica_class = Replica
 
-    def __init__(self, sc: Scenario, progress=None, macro_steps: bool = True) -> None:
+    def __init__(self, sc: Scenario, progress=None, macro_steps: bool = False) -> None:
         dis = sc.cluster.disaggregation
         if dis is None:
             first = build_parts(sc)

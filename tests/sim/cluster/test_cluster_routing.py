@@ -111,7 +111,7 @@ def test_macro_steps_change_nothing_in_a_cluster(profile):
     sc = scenario({"num_replicas": 3, "router": "prefix-aware", "sticky_sessions": False},
                   engine={"profile": profile}, kv={"prefix_caching": True},
                   workload={"num_requests": 150, "shared_prefix": {"num_prefixes": 4, "prefix_tokens": 256}, **CHAT})
-    fast, slow = ClusterSimulation(sc).run(), ClusterSimulation(sc, macro_steps=False).run()
+    fast, slow = ClusterSimulation(sc, macro_steps=True).run(), ClusterSimulation(sc, macro_steps=False).run()
 
     def trail(res):
         return [(r.request_id, r.arrival_s, r.first_token_s, r.finish_s, r.client_last_s, r.num_cached_tokens)
@@ -125,7 +125,7 @@ def test_macro_steps_change_nothing_in_a_cluster(profile):
 
 def test_the_shipped_fleet_scenario_is_exact_with_macro_steps():
     sc = load_scenario(SCENARIOS / "fleet-router.yaml", ["workload.num_requests=150"])
-    fast, slow = ClusterSimulation(sc).run(), ClusterSimulation(sc, macro_steps=False).run()
+    fast, slow = ClusterSimulation(sc, macro_steps=True).run(), ClusterSimulation(sc, macro_steps=False).run()
     assert summarize_cluster(fast) | {"sim_wall_s": 0} == summarize_cluster(slow) | {"sim_wall_s": 0}
     assert requests_csv(fast.requests, fast.replica_of) == requests_csv(slow.requests, slow.replica_of)
     for a, b in zip(fast.replicas, slow.replicas):
