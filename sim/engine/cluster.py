@@ -127,11 +127,12 @@ class ClusterResult:
                                    sim_wall_s=self.sim_wall_s, extra={})
 
 
-def _refuse_pipeline_pools(sc: Scenario, prefill: list[EngineParts], decode: list[EngineParts]) -> None:
-    """A pool override ``engine.pipeline_parallel_size`` > 1: one error line (the hand-off
-    drives one-stage engines; sim/engine/pipeline_cluster.py ``check_pipeline_cluster``)."""
-    for role, pool in (("prefill", prefill), ("decode", decode)):
-        pp = pool[0].sc.engine.pipeline_parallel_size
+def refuse_pipeline_pools(sc: Scenario, pools: dict[str, Scenario]) -> None:
+    """A pool override ``engine.pipeline_parallel_size`` > 1 (``pools``: role -> the pool's
+    scenario): one error line (the hand-off drives one-stage engines;
+    sim/engine/pipeline_cluster.py ``check_pipeline_cluster``). Also `sim plan`'s check."""
+    for role, pool_sc in pools.items():
+        pp = pool_sc.engine.pipeline_parallel_size
         if pp > 1:
             raise ConfigError(sc.source_path, f"cluster.disaggregation.{role}.engine.pipeline_parallel_size", (
                 f"a disaggregated pool of pipeline-parallel engines ({pp} stages) is not modelled: the KV "
@@ -154,7 +155,7 @@ class ClusterSimulation:
             self.sc = first.sc
         else:  # a prefill pool and a decode pool, each with its own engine settings
             prefill, decode, sizing = build_pools(sc)
-            _refuse_pipeline_pools(sc, prefill, decode)  # pools of pipeline-parallel engines: not modelled (#15)
+            refuse_pipeline_pools(sc, {"prefill": prefill[0].sc, "decode": decode[0].sc})  # not modelled (#15)
             first = prefill[0]
             pools = [prefill, [with_sessions(p, first.sessions) for p in decode]]
             self.sc = without_vetoed_defaults(sc, first.model)

@@ -54,15 +54,15 @@ def judge(result, slo, rate: float) -> dict:
 def probe(data: dict, source: str, rate: float, slo, unit: bool = False) -> dict:
     """Simulate ``data`` at ``rate`` requests/s and judge it against ``slo``. ``unit``: the
     configuration is a unit of a plan with units (sim/plan/unit.py): simulate all its
-    replicas behind its router, and record the prefix cache's hit rate too."""
+    replicas behind its router, and record the prefix cache's hit rate too. Either way the
+    engine is ``sim run``'s (``run_unit``: a pipeline-parallel one in its form's engine)."""
     from sim.config.scenario import parse_scenario
-    from sim.engine.simulation import Simulation
 
     d = copy.deepcopy(data)
     d["workload"]["arrival"]["rate"] = rate
-    if not unit:
-        return judge(Simulation(parse_scenario(d, source)).run(), slo, rate)
     result = run_unit(parse_scenario(d, source))
+    if not unit:
+        return judge(result, slo, rate)
     return {**judge(result, slo, rate), "prefix_cache_hit_rate": hit_rate(result)}
 
 

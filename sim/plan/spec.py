@@ -32,7 +32,7 @@ from pathlib import Path
 from sim.config.scenario import parse_scenario, read_yaml, set_override
 from sim.errors import ConfigError
 from sim.plan.prices import load_prices
-from sim.plan.unit import is_cluster_key, check_cluster_key, unit_shape
+from sim.plan.unit import PIPELINE_KEYS, check_cluster_key, check_modelled, is_cluster_key, unit_shape
 
 TOP_KEYS = ("name", "description", "scenario", "base", "slo", "target_rate", "space", "prices", "search")
 SLO_KEYS = ("ttft_s", "tpot_s", "percentile", "attainment")
@@ -206,12 +206,12 @@ def load_plan(path: str) -> PlanSpec:
         try:  # every configuration is a valid scenario (its pools too), or exit 2
             sc = parse_scenario(data, source)
             shape = unit_shape(sc)
-            if sc.cluster.num_replicas > 1 and sc.engine.pipeline_parallel_size > 1:
-                raise ConfigError(source, "cluster.num_replicas", (
-                    f"{sc.cluster.num_replicas} replicas of a pipeline-parallel engine (engine.pipeline_parallel_size "
-                    f"{sc.engine.pipeline_parallel_size}) are not modelled: a unit's replicas have one stage each"))
         except ConfigError as exc:
             raise _in_space(path, values, exc) from None
+        try:  # what the engine does not simulate (pipeline-parallel unit shapes): its own error
+            check_modelled(sc)
+        except ConfigError as exc:
+            raise _in_space(path, values, exc, PIPELINE_KEYS) from None
         if sc.gpu not in prices:
             raise ConfigError(path, "prices", f"no price for gpu {sc.gpu!r}; shipped: "
                               f"{', '.join(sorted(prices))}; add prices: {{{sc.gpu}: USD_PER_GPU_HOUR}}")
@@ -227,25 +227,27 @@ def load_plan(path: str) -> PlanSpec:
                     {c.gpu: prices[c.gpu] for c in configs}, clustered)
 
 
-def _in_space(path: str, values: dict, exc: ConfigError) -> ConfigError:
+def _in_space(path: str, values: dict, exc: ConfigError, also: tuple[str, ...] = ()) -> ConfigError:
     """A configuration's scenario error, naming the plan file and the searched key behind it:
     the key itself, one above or below it, else one sharing its section (``cluster.
     disaggregation.prefill_replicas`` for an error in ``cluster.disaggregation.kv_transfer``);
-    the error unchanged when no searched key is involved."""
-    def closeness(k: str) -> tuple:
-        if exc.key == k or exc.key.startswith(k + "."):
+    failing those, the same for each of the keys ``also`` in turn (the engine settings behind an
+    error the engine files under a cluster key); the error unchanged when no searched key is involved."""
+    def closeness(k: str, target: str) -> tuple:
+        if target == k or target.startswith(k + "."):
             return (3, len(k))
-        if k.startswith(exc.key + "."):
+        if k.startswith(target + "."):
             return (2, len(k))
         shared = 0
-        for a, b in zip(k.split("."), exc.key.split(".")):
+        for a, b in zip(k.split("."), target.split(".")):
             if a != b:
                 break
             shared += 1
         return (1 if shared >= 2 else 0, shared)
 
-    key = max(values, key=closeness, default=None)
-    if key is None or closeness(key)[0] == 0:
-        return exc
-    where = "" if exc.key == key else f"{exc.key}: "
-    return ConfigError(path, f"space.{key}", f"value {json.dumps(values[key])}: {where}{exc.message}")
+    for target in (exc.key, *also):
+        key = max(values, key=lambda k: closeness(k, target), default=None)
+        if key is not None and closeness(key, target)[0] > 0:
+            where = "" if exc.key == key else f"{exc.key}: "
+            return ConfigError(path, f"space.{key}", f"value {json.dumps(values[key])}: {where}{exc.message}")
+    return exc

@@ -1,10 +1,13 @@
 """Serving units: a configuration with ``cluster.num_replicas`` > 1 (or a prefill:decode
 split) is planned as a whole *unit* of replicas behind its router.
 
-A unit is simulated whole (sim/engine/cluster.py's ClusterSimulation, as ``sim run`` runs
-it): its max rate is the unit's, the target needs ceil(target / unit max rate) units, and a
-unit is ``gpus`` GPUs: ``num_replicas x tensor x pipeline parallel size``, or with
-disaggregation ``prefill_replicas x the prefill pool's TP + decode_replicas x the decode
+A unit is simulated whole, as ``sim run`` runs it (sim/engine/cluster.py's
+ClusterSimulation; replicas of a pipeline-parallel engine in vLLM V1's batch-queue form:
+sim/engine/pipeline.py's PipelineSimulation, which builds a PipelineCluster; replicas of V0's
+virtual-engines form and pipeline parallelism in disaggregated pools are refused by the
+engine's own checks, :func:`check_modelled`): its max rate is the unit's, the target needs
+ceil(target / unit max rate) units, and a unit is ``gpus`` GPUs: ``num_replicas x tensor x
+pipeline parallel size``, or with disaggregation ``prefill_replicas x the prefill pool's TP + decode_replicas x the decode
 pool's TP`` (each pool's own ``engine`` overrides). A single-replica configuration of a plan
 that has units is a unit of one replica (no router: the plan assumes its replicas share
 the load evenly, as for a plan without units).
@@ -34,6 +37,27 @@ def check_cluster_key(path: str, key: str) -> None:
         return
     raise ConfigError(path, f"space.{key}", "a plan searches cluster, "
                       + ", ".join(f"cluster.{k}" for k in CLUSTER_KEYS) + " or cluster.disaggregation.<key>")
+
+
+#: The keys behind a pipeline-parallel unit the engine refuses (:func:`check_modelled`), when
+#: the space searches none of the cluster keys its error names.
+PIPELINE_KEYS = ("engine.pipeline_mode", "engine.pipeline_parallel_size", "engine.profile")
+
+
+def check_modelled(sc) -> None:
+    """ConfigError from the engine's own checks for what ``sim run`` refuses to simulate:
+    replicas of a pipeline-parallel engine in the virtual-engines form, pipeline parallelism
+    in disaggregated pools (sim/engine/pipeline_cluster.py ``check_pipeline_cluster``) and a
+    pool's own ``engine.pipeline_parallel_size`` > 1 (sim/engine/cluster.py), checked before
+    anything runs (no memory plan is needed)."""
+    from sim.engine.pipeline_cluster import check_pipeline_cluster
+
+    check_pipeline_cluster(sc)
+    if sc.cluster.disaggregation is not None:
+        from sim.engine.cluster import refuse_pipeline_pools
+        from sim.engine.disagg_parts import pool_scenario
+
+        refuse_pipeline_pools(sc, {role: pool_scenario(sc, role)[0] for role in ("prefill", "decode")})
 
 
 def unit_shape(sc) -> dict:
@@ -140,7 +164,14 @@ def hit_rate(result) -> float | None:
 
 
 def run_unit(sc):
-    """Simulate ``sc``: the whole unit when it has several replicas, else one engine."""
+    """Simulate ``sc`` as ``sim run`` does: a pipeline-parallel engine (pp > 1) through
+    sim/engine/pipeline.py's PipelineSimulation (its form's engine: one batch-queue engine,
+    V0's virtual engines, or with replicas a PipelineCluster of batch-queue engines behind
+    the router), else the whole unit when it has several replicas, else one engine."""
+    if sc.engine.pipeline_parallel_size > 1:
+        from sim.engine.pipeline import PipelineSimulation
+
+        return PipelineSimulation(sc).run()
     if sc.cluster.num_replicas > 1:
         from sim.engine.cluster import ClusterSimulation
 

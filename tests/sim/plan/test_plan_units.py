@@ -63,8 +63,8 @@ BAD = [
      "cluster.disaggregation.decode_replicas: required key is missing"),
     ({"cluster": [{"num_replicas": 2, "router": "nope"}]}, "space.cluster: value {"),
     ({"cluster.colour": [1]}, "space.cluster.colour: a plan searches cluster, cluster.num_replicas"),
-    ({"cluster.num_replicas": [2], "engine.pipeline_parallel_size": [2]},
-     "space.cluster.num_replicas: value 2: 2 replicas of a pipeline-parallel engine"),
+    ({"cluster.num_replicas": [2], "engine.pipeline_parallel_size": [2], "engine.pipeline_mode": ["virtual-engines"]},
+     "space.cluster.num_replicas: value 2: 2 replicas of a pipeline-parallel engine in vLLM V0's form"),
 ]
 
 
