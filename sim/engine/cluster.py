@@ -16,12 +16,13 @@ request on a prefill replica and the hand-off (sim/engine/disagg.py) moves its K
 decode replica; summary.json gains ``cluster.disaggregation`` (sim/engine/disagg_summary.py)
 and each replica's ``role``.
 
-Macro-steps (sim/engine/macro.py) are off by default in a cluster: a replica's stretch must
-end before the next event of the whole cluster (another replica's step, an arrival: the
-router reads replicas), so stretches are a step or two long and cost more than they save
-(4 replicas replaying the Azure trace: 8.0 CPU s with them, 6.0 without; benchmarks/
-RESULTS.md). ``macro_steps=True`` turns them on; the results are exactly the same either way
-(tests/sim/cluster/test_cluster_routing.py).
+A replica's macro-steps (sim/engine/macro.py) yield to the clock at every step (the router
+reads replicas and other replicas' events fall between its steps) and end at the step after
+which a request was routed to it; they skip the scheduler's pass, the update and the step
+record (4 replicas replaying the Azure trace: 3.5 CPU s, 5.1 step by step). The replicas of
+a disaggregated cluster end each stretch before the next event instead. ``macro_steps=False``
+steps one by one; the results are exactly the same either way
+(tests/sim/cluster/test_cluster_routing.py, test_disaggregation.py).
 
 :func:`summarize_cluster` writes summary.json: today's keys over every request (latencies,
 the cluster's throughput), KV, preemption and engine figures aggregated over replicas (the
@@ -58,6 +59,9 @@ class Replica(Simulation):
     def __init__(self, cluster: ClusterSimulation, index: int, parts: EngineParts,  # noqa: PLW0231
                  role: str | None = None) -> None:
         self.cluster, self.index, self.role = cluster, index, role
+        # macro-steps yield to the clock each step (sim/engine/macro.py): the router reads this
+        # replica between its steps; a disaggregated pool's hand-offs are left to the normal path
+        self.macro_stepwise = role is None
         # A prefill replica runs prefill copies sharing their request's id: they must not be
         # retired into the cluster's request log (sim/engine/request_log.py) in its place.
         self._assemble(parts, cluster.env, cluster.driver, None, cluster.macro_steps,
@@ -147,7 +151,7 @@ class ClusterSimulation:
     #: queue) are sim/engine/pipeline_cluster.py's BatchQueueReplica (#15).
     replica_class = Replica
 
-    def __init__(self, sc: Scenario, progress=None, macro_steps: bool = False) -> None:
+    def __init__(self, sc: Scenario, progress=None, macro_steps: bool = True) -> None:
         dis = sc.cluster.disaggregation
         if dis is None:
             first = build_parts(sc)

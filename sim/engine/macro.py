@@ -32,8 +32,12 @@ checking step log watches. It ends:
 * at the next SimPy event (an arrival, a follow-up turn, a request leaving the front end).
   In a lone engine no event reads the engine mid-step, so the stretch ends *with* the step
   the event falls within; its row (whose waiting count includes the arrivals) and its
-  streaming are done at its end, after the event. A cluster's replicas, which their router
-  reads, end every stretch strictly before the event.
+  streaming are done at its end, after the event. A cluster's replica (``stepwise``) yields
+  to the clock at every step instead (its router reads it, and other replicas' events fall
+  between its steps): each step's allocations are made at its start and its update at its
+  end, as stepping one by one would, and the stretch ends after the step during which a
+  request was routed to it. A disaggregated pool's replicas end every stretch strictly
+  before the next event.
 
 Requests' counters are written back before the clock moves. ``tests/sim/engine/
 test_macro_steps.py`` runs every shipped scenario both ways and requires identical outputs.
@@ -62,6 +66,9 @@ class DecodeRun:
         # A stretch may end with the step within which the next event falls when no event can
         # see the engine mid-step: a lone engine (a cluster's router reads its replicas).
         self.straddle = getattr(sim, "macro_straddles", False)
+        # A cluster's replica (no disaggregation) yields to the clock step by step instead: the
+        # router and the other replicas run between its steps (module docstring).
+        self.stepwise = getattr(sim, "macro_stepwise", False)
         self.enabled = (type(sched) is ContinuousScheduler and type(alloc) is PagedAllocator
                         and not alloc._bounded and sim.core.hook is None
                         and type(sim.core.steps) is StepLog)
@@ -124,7 +131,8 @@ class DecodeRun:
         left = min([o - g for o, g in zip(outs, g0)])  # the last step: requests finish (below)
         if left < MIN_STEPS:
             return 0
-        t_next = env.peek()
+        stepwise = self.stepwise
+        t_next = math.inf if stepwise else env.peek()
         now = env.now
         idle = idle0 = math.inf if core.last_end_s is None else now - core.last_end_s
         cost = sim.cost
@@ -172,7 +180,7 @@ class DecodeRun:
             else:
                 d = step_time(BatchShape(n, 0, n, kv, 0.0, 0, 0), idle)
             t_end = t + d
-            straddling = not t_end < t_next
+            straddling = not t_end < t_next  # never when stepwise (no bound)
             if straddling and not (self.straddle and t < t_next < t_end):
                 if crossing is not None:
                     buckets[done] = crossing
@@ -208,6 +216,9 @@ class DecodeRun:
                 next_cross = min(buckets) if buckets else left
                 allocated, cached_free = alloc.num_allocated_slots(), alloc.num_cached_free_slots()
                 frag = alloc.num_external_fragmentation_slots()
+            if stepwise:  # the step runs on the clock; the router may route to this replica meanwhile
+                yield env.timeout(d)
+                num_waiting = len(sched.waiting)
             s_comp += n  # the step's update: every request computed one token
             num_running = n
             finished = None
@@ -243,6 +254,8 @@ class DecodeRun:
                 break
             if straddling:
                 break
+            if stepwise and sched.waiting and not self._waiting_stays(sched):
+                break  # a request routed here during the step: the normal path admits it now
             kv += n
             idle = 0.0
         if done == 0:
@@ -252,7 +265,8 @@ class DecodeRun:
             for i, r in enumerate(running):
                 r.num_computed_tokens = c0[i] + done
                 r.num_generated = g0[i] + done
-        yield from _advance_to(env, t, durations)
+        if not stepwise:
+            yield from _advance_to(env, t, durations)
         if pending is not None:  # the last step, which an event fell within: requests may wait now
             t_end, duration, row, finished = pending
             core.steps.append_rows((t_end, duration, 0.0), (*row[:4], len(sched.waiting), *row[5:]))
