@@ -54,11 +54,11 @@ def test_every_profile_with_a_front_end_and_prefix_caching(profile) -> None:
     assert a[1] == b[1] and a[2] == b[2] and (a[3] == b[3]).all()
 
 
-def test_most_steps_of_a_chat_run_are_advanced_in_stretches(monkeypatch) -> None:
-    """Not a speed assertion: a count of how many steps the fast path took (it must engage)."""
+def _count_stretches(monkeypatch) -> list[int]:
+    """The steps each call of the macro-steps' ``run`` advanced (0: none), as the run goes."""
     import sim.engine.macro as macro
 
-    advanced = []
+    advanced: list[int] = []
     original = macro.DecodeRun.run
 
     def counting(self):
@@ -67,6 +67,12 @@ def test_most_steps_of_a_chat_run_are_advanced_in_stretches(monkeypatch) -> None
         return done
 
     monkeypatch.setattr(macro.DecodeRun, "run", counting)
+    return advanced
+
+
+def test_most_steps_of_a_chat_run_are_advanced_in_stretches(monkeypatch) -> None:
+    """Not a speed assertion: a count of how many steps the fast path took (it must engage)."""
+    advanced = _count_stretches(monkeypatch)
     sim, _, _, steps = _run("chatbot.yaml", True)
     assert sum(advanced) > 0.3 * len(steps)
 
@@ -76,18 +82,9 @@ def test_only_steps_with_prompts_run_one_by_one_in_a_lone_engine(monkeypatch) ->
     advanced in a stretch: stretches end with the step in which requests finish, go on while
     waiting requests cannot be admitted, and end with the step an arrival falls within.
     Steps with prompt tokens are the only ones left to the normal path."""
-    import sim.engine.macro as macro
     from sim.engine.step_log import COLUMNS
 
-    advanced = []
-    original = macro.DecodeRun.run
-
-    def counting(self):
-        done = yield from original(self)
-        advanced.append(done)
-        return done
-
-    monkeypatch.setattr(macro.DecodeRun, "run", counting)
+    advanced = _count_stretches(monkeypatch)
     sim, summary, _, steps = _run("azure-conv.yaml", True)
     assert summary["preemptions"]["recompute"] == summary["preemptions"]["swap"] == 0
     with_prompts = int((steps[:, COLUMNS.index("num_prefill_tokens")] > 0).sum())
