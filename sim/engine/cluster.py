@@ -229,7 +229,8 @@ _SUMS = ("pool_tokens", "pool_bytes", "num_gpu_blocks", "prefix_cache_hit_tokens
          "prefix_cache_evictions", "tokens_evicted")
 _PEAKS = ("peak_used_fraction", "peak_token_fraction")
 AGGREGATION = {
-    "sums": [f"kv.{k}" for k in _SUMS] + ["preemptions.* (counters)", "engine.num_steps", "engine.busy_s"],
+    "sums": [f"kv.{k}" for k in _SUMS] + ["preemptions.* (counters)", "engine.num_steps", "engine.busy_s",
+                                           "engine.gpus"],
     "largest_replica": [f"kv.{k}" for k in _PEAKS] + [
         "preemptions.swap_peak_bytes", "engine.peak_running", "engine.peak_waiting"],
     "mean_over_replicas": ["kv.mean_* fractions"],
@@ -264,6 +265,7 @@ def summarize_cluster(result: ClusterResult) -> dict:
     eng = out["engine"]
     eng["num_steps"] = sum(s["engine"]["num_steps"] for s in per)
     eng["busy_s"] = sum(s["engine"]["busy_s"] for s in per)
+    eng["gpus"] = sum(s["engine"]["gpus"] for s in per)  # each replica's tp x pp (a pool's own tp)
     for key in ("peak_running", "peak_waiting"):
         eng[key] = max(s["engine"][key] for s in per)
     cfg, router = result.scenario.cluster, result.router

@@ -155,6 +155,7 @@ def summarize(result) -> dict:
         "engine": {
             "num_steps": agg["num_steps"], "busy_s": busy, "simulated_s": result.end_s,
             "peak_running": agg["peak_running"], "peak_waiting": agg["peak_waiting"],
+            "gpus": sc.engine.tensor_parallel_size * sc.engine.pipeline_parallel_size,  # one model copy
         },
         "sim_wall_s": result.sim_wall_s,
     }

@@ -127,6 +127,7 @@ def summarize_pipeline(result: ClusterResult | SimResult) -> dict:
     pp = plan.pipeline_parallel_size
     out["parallel"] = _parallel(result, "virtual-engines")
     out["parallel"].update(virtual_engines=pp, blocks_per_virtual_engine=plan.num_gpu_blocks // pp)
+    out["engine"]["gpus"] = plan.tensor_parallel_size * pp  # the virtual engines share one model copy
     # the engine's own router over its virtual engines (sim/engine/pipeline.py), not the scenario's cluster keys
     out["cluster"].update(router="least-outstanding", sticky_sessions=False)
     out["notes"].append(

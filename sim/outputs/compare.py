@@ -26,8 +26,10 @@ from sim.outputs.files import write_atomic
 from sim.outputs.files import flatten
 
 KEY_METRICS = (
+    ("engine.gpus", "GPUs"),
     ("throughput.requests_per_s", "throughput (req/s)"),
     ("throughput.output_tokens_per_s", "output tokens/s"),
+    ("throughput.output_tokens_per_s_per_gpu", "output tokens/s per GPU"),  # derived in load_run
     ("goodput_requests_per_s", "goodput (req/s)"),
     ("ttft_s.p50", "TTFT p50 (s)"), ("ttft_s.p99", "TTFT p99 (s)"),
     ("tpot_s.p50", "TPOT p50 (s)"), ("tpot_s.p99", "TPOT p99 (s)"),
@@ -136,7 +138,11 @@ def load_run(folder: str, label: str) -> Run:
         raise ConfigError(folder, "summary.json", "not found; give folders written by `sim run`")
     summary = _summary(path)
     steps = _columns(d / "steps.csv", ("time_s", "kv_token_slots", "kv_allocated_slots"), required=True)
-    return Run(label, summary, flatten(summary),
+    flat = flatten(summary)
+    gpus, tokens = flat.get("engine.gpus"), flat.get("throughput.output_tokens_per_s")
+    if gpus and tokens is not None:  # a cluster against one engine: per GPU (summaries before GPUs were counted: -)
+        flat["throughput.output_tokens_per_s_per_gpu"] = tokens / gpus
+    return Run(label, summary, flat,
                _columns(d / "requests.csv", ("ttft_s", "tpot_s", "e2e_s"), required=False), steps)
 
 

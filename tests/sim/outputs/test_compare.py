@@ -142,3 +142,21 @@ def test_a_run_keeps_one_colour_in_every_panel(two_runs, tmp_path):
             seen[trace.legendgroup].add(color)
     assert all(len(colors) == 1 for colors in seen.values()), seen
     assert len({c for colors in seen.values() for c in colors}) == len(runs)  # and runs differ
+
+
+def test_a_cluster_and_one_engine_compare_per_gpu(two_runs, tmp_path, tiny_sweep_scenario, capsys):
+    """A cluster counts its replicas' GPUs (tp x pp each) and the table divides its output
+    tokens by them, so 2 replicas are not read as one engine twice as fast."""
+    from sim.outputs.compare import load_run
+
+    scenario = tmp_path / "fleet.yaml"
+    scenario.write_text(yaml.safe_dump({**tiny_sweep_scenario, "cluster": {"num_replicas": 2}}))
+    fleet = tmp_path / "fleet"
+    assert main(["run", str(scenario), "--out", str(fleet), "--quiet", "--no-report"]) == 0
+    one, two = load_run(str(two_runs[1]), "one"), load_run(str(fleet), "two")
+    assert one.flat["engine.gpus"] == 1 and two.flat["engine.gpus"] == 2
+    for run in (one, two):
+        per_gpu = run.flat["throughput.output_tokens_per_s_per_gpu"]
+        assert per_gpu == pytest.approx(run.flat["throughput.output_tokens_per_s"] / run.flat["engine.gpus"])
+    assert main(["compare", str(two_runs[1]), str(fleet), "--out", str(tmp_path / "c.html")]) == 0
+    assert "output tokens/s per GPU" in capsys.readouterr().out
