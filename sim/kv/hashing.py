@@ -22,6 +22,15 @@ def extend_block_hashes(req: Request, num_full_blocks: int, block_size: int) -> 
         return hashes
     pos = start_block * block_size  # first token to hash
     end = num_full_blocks * block_size
+    prompt = req.num_prompt_tokens
+    if prompt <= pos and end <= prompt + req.num_generated:  # blocks of output only (decodes)
+        seg = req.output_segment  # each block one piece: the loop below's, without the walk
+        prev = hashes[-1] if hashes else 0
+        while pos < end:
+            prev = hash((prev, ((seg, pos - prompt, block_size),)))
+            hashes.append(prev)
+            pos += block_size
+        return hashes
     seg_start = 0
     pieces: list[tuple[int, int, int]] = []
     prev = hashes[-1] if hashes else 0
