@@ -186,32 +186,26 @@ class DecodeRun:
                     buckets[done] = crossing
                 break
             durations.append(d)
-            if crossing is not None and plain:  # allocate_slots without prefix caching: one block each
+            if crossing is not None:
                 crossing.sort()
-                fresh = pool.pop_free_many(len(crossing))  # in crossing order, as one pop per request
-                for i, block in zip(crossing, fresh):
-                    table = tables[running[i].request_id]
-                    table.append(block)
-                    h_old, f = helds[i], finals[i]
-                    h = helds[i] = running[i].slot_room = len(table) * B  # _set_room: the table's slots
-                    s_held += h - h_old
-                    s_minhf += (h if h < f else f) - (h_old if h_old < f else f)
-                    room = h - (c0[i] + done)
-                    buckets.setdefault(done + (room if room > 1 else 1), []).append(i)
-                next_cross = min(buckets) if buckets else left
-                allocated = alloc.num_allocated_slots()
-            elif crossing is not None:
-                crossing.sort()
-                for i in crossing:
+                if plain:  # allocate_slots without prefix caching: one block each, one pop for all
+                    for i, block in zip(crossing, pool.pop_free_many(len(crossing))):
+                        table = tables[running[i].request_id]
+                        table.append(block)
+                        running[i].slot_room = len(table) * B  # _set_room: the table's slots
+                else:
+                    for i in crossing:
+                        r = running[i]
+                        r.num_computed_tokens = c0[i] + done
+                        r.num_generated = g0[i] + done
+                        alloc.allocate_slots(r, 1)  # cannot fail: enough free blocks (checked)
+                for i in crossing:  # the running sums and each request's next crossing
                     r = running[i]
-                    r.num_computed_tokens = c0[i] + done
-                    r.num_generated = g0[i] + done
-                    alloc.allocate_slots(r, 1)  # cannot fail: enough free blocks (checked)
                     h_old, f = helds[i], finals[i]
                     h = helds[i] = len(tables[r.request_id]) * B
                     s_held += h - h_old
                     s_minhf += (h if h < f else f) - (h_old if h_old < f else f)
-                    room = r.slot_room - r.num_computed_tokens
+                    room = r.slot_room - (c0[i] + done)
                     buckets.setdefault(done + (room if room > 1 else 1), []).append(i)
                 next_cross = min(buckets) if buckets else left
                 allocated, cached_free = alloc.num_allocated_slots(), alloc.num_cached_free_slots()
@@ -281,12 +275,10 @@ class DecodeRun:
     def _stream(fe, t_end: float, token_work: float, running: list, finished: list[int] | None) -> None:
         """``FrontEnd.stream`` of a decode step ending at ``t_end`` (every request sampled a
         token; their first tokens went out long ago); ``finished``: indices whose answer ends."""
-        start = fe.free_at if fe.free_at > t_end else t_end
-        fe.free_at = start + token_work
-        fe.busy_s += token_work
+        answered = fe._run(t_end, token_work)
         if finished is not None:
             for i in finished:
-                running[i].client_last_s = fe.free_at
+                running[i].client_last_s = answered
 
 
 def _advance_to(env, t: float, durations: list[float]):

@@ -220,15 +220,11 @@ class BatchQueueSimulation(Simulation):
         self.in_flight.popleft()
         self._busy -= batch.ids
         after = self.core.end(batch.step, env.now)
-        delay = 0.0  # from the engine's answer to the client's (the front end streams it)
-        frontend = self.frontend
-        if frontend is not None:
-            frontend.stream(env.now, batch.step.out.scheduled, after.finished)
-            delay = frontend.free_at - env.now if frontend.free_at > env.now else 0.0
+        if self.frontend is not None:
+            self.frontend.stream(env.now, batch.step.out.scheduled, after.finished)
         if self._done:
             self._retire_done()
-        for session, turn, think_s in after.follow_ups:
-            env.process(self._follow_up(session, turn, think_s + delay))
+        self._spawn_follow_ups(after.follow_ups)
         if self.progress is not None:
             sched = self.scheduler
             self.progress(env.now, len(sched.finished) + len(sched.rejected), len(self.requests))

@@ -183,10 +183,8 @@ class Simulation:
                 else:
                     yield from self._transfer(wait.seconds)
             after = core.end(step, env.now)
-            delay = 0.0  # from the engine's answer to the client's (the front end streams it)
             if frontend is not None and step.ran:
                 frontend.stream(env.now, step.out.scheduled, after.finished)
-                delay = frontend.free_at - env.now if frontend.free_at > env.now else 0.0
             if self._done:
                 self._retire_done()
             if not step.ran:
@@ -195,8 +193,7 @@ class Simulation:
                 self._wakeup = env.event()
                 yield self._wakeup  # nothing can run until something arrives
                 continue
-            for session, turn, think_s in after.follow_ups:
-                env.process(self._follow_up(session, turn, think_s + delay))
+            self._spawn_follow_ups(after.follow_ups)
             if self.progress is not None:
                 sched = self.scheduler
                 self.progress(env.now, len(sched.finished) + len(sched.rejected), len(self.requests))
@@ -205,11 +202,16 @@ class Simulation:
         """What the engine loop does after a step that finished ``finished`` (their last token
         already streamed): their follow-up turns, a think time after the client's answer, and
         their retirement into the request log."""
-        env, frontend = self.env, self.frontend
-        follow_ups = [f for f in map(self.driver.next_turn, finished) if f is not None]
-        delay = frontend.free_at - env.now if frontend is not None and frontend.free_at > env.now else 0.0
+        follow_ups = self.core.follow_ups(finished)
         if self._done:
             self._retire_done()
+        self._spawn_follow_ups(follow_ups)
+
+    def _spawn_follow_ups(self, follow_ups: list) -> None:
+        """Each next turn arrives its think time after the client got the answer: the front
+        end streams it (``free_at``), else the engine's answer is the client's."""
+        env, frontend = self.env, self.frontend
+        delay = frontend.free_at - env.now if frontend is not None and frontend.free_at > env.now else 0.0
         for session, turn, think_s in follow_ups:
             env.process(self._follow_up(session, turn, think_s + delay))
 

@@ -149,12 +149,11 @@ class EngineStep:
         self.steps.record(end_s, end_s - step.start_s, out, self.scheduler, self.allocator)
         if not finished:
             return _NOTHING_TO_DO
-        follow_ups = []
-        for req in finished:
-            follow = self.driver.next_turn(req)
-            if follow is not None:
-                follow_ups.append(follow)
-        return StepEnd(follow_ups=follow_ups, finished=finished)
+        return StepEnd(follow_ups=self.follow_ups(finished), finished=finished)
+
+    def follow_ups(self, finished: list[Request]) -> list:
+        """(session, turn, think time) of the next turn of each finished request that has one."""
+        return [f for f in map(self.driver.next_turn, finished) if f is not None]
 
 
 _NOTHING_TO_DO = StepEnd()  # shared by the many steps that finish no request (never mutated)

@@ -120,17 +120,9 @@ class StepLog:
                swapped, preempted, swap_bytes, token_slots, allocated, reserved, internal, external,
                cached_free) -> None:
         """One step's row (COLUMNS order)."""
-        counts = (num_seqs, num_prefill, num_decode, padding, waiting, running, swapped, preempted,
-                  token_slots, allocated, reserved, internal, external, cached_free)
-        try:
-            self._c.extend(counts)
-        except OverflowError:  # a pool of 2**31 slots or more: 64-bit counts from now on
-            self._c = array("q", self._c[:14 * (len(self._f) // 3)])
-            self._c.extend(counts)
-        f = self._f
-        f.extend((now, duration, swap_bytes))
-        if len(f) >= 3 * SPILL_ROWS:
-            self._write_out()
+        self.append_rows((now, duration, swap_bytes), (
+            num_seqs, num_prefill, num_decode, padding, waiting, running, swapped, preempted,
+            token_slots, allocated, reserved, internal, external, cached_free))
 
     def append_rows(self, doubles: list, counts: list) -> None:
         """Several rows at once: ``doubles`` holds 3 floats a row (now, duration, swap bytes),
@@ -148,21 +140,15 @@ class StepLog:
         reserved = internal = empty = 0
         kept = allocator.kept_tokens
         bounded = allocator.budget.max_tokens is not None
-        tables = allocator.block_tables if type(allocator) is PagedAllocator and not bounded else None
-        if tables is not None:  # the loop below with held_slots inlined: len(table) x block_size
-            B = allocator.block_size
-            for req in sched.running:
-                held = len(tables.get(req.request_id, ())) * B
-                computed = req.num_computed_tokens
-                final = req.num_prompt_tokens + req.num_output_tokens
-                filled_to = held if held < final else final
-                reserved += filled_to - computed
-                internal += held - filled_to
-                empty += held - computed
-        for req in (sched.running if tables is None else ()):
-            held = allocator.held_slots(req)
+        running = sched.running
+        if type(allocator) is PagedAllocator:  # held_slots inlined: len(table) x block_size
+            tables, B = allocator.block_tables, allocator.block_size
+            helds = [len(tables.get(r.request_id, ())) * B for r in running]
+        else:
+            helds = [allocator.held_slots(r) for r in running]
+        for req, held in zip(running, helds):
             computed = req.num_computed_tokens
-            final = req.final_num_tokens
+            final = req.num_prompt_tokens + req.num_output_tokens  # final_num_tokens
             if bounded:  # a token budget: only kept tokens hold KV
                 computed, final = kept(computed), kept(final)
             filled_to = held if held < final else final

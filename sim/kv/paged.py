@@ -71,13 +71,6 @@ class PagedAllocator:
                     self._cache_full_blocks(req, table, total)
                     self._set_room(req, table)
                 return True
-            if table is not None and target == len(table) + 1 and not self.prefix_caching and not num_cached_tokens:
-                # a decode crossing into a new block: the general path below, for one block
-                if 1 > pool.num_free - -(-keep_free_slots // B):
-                    return False
-                table += pool.pop_free_many(1)
-                req.slot_room = len(table) * B  # _set_room without prefix caching
-                return True
         else:
             target = self.budget.num_blocks(total, B)
         fresh = table is None and req.num_computed_tokens == 0  # an admission
