@@ -41,17 +41,14 @@ class FrontEnd:
         """When a request arriving at ``now`` reaches the engine, tokenised."""
         return self._run(now, self.request_s + self.prompt_token_s * num_prompt_tokens)
 
-    def stream(self, now: float, scheduled, finished=()) -> None:
+    def stream(self, now: float, sampled, finished=()) -> None:
         """Stream the tokens of a step that ended at ``now``: stamp when each request's
-        client got its first token and its whole answer. ``scheduled``: the step's
-        (request, n); ``finished``: the requests that finished in it (a static batch
-        returns answers whose last token came earlier)."""
-        # A request sampled a token in the step iff its computed tokens caught up with all
-        # but that new token (sim.sched.base.SchedulerBase.update_from_output).
-        produced = [req for req, _ in scheduled
-                    if req.num_computed_tokens == req.num_prompt_tokens + req.num_generated - 1]
-        done = self._run(now, self.token_s * len(produced)) if produced else now
-        for req in produced:
+        client got its first token and its whole answer. ``sampled``: the requests that
+        sampled a token in the step (the scheduler's ``sampled``: a prompt chunk that stops
+        short of the prompt's end samples none); ``finished``: the requests that finished in
+        it (a static batch returns answers whose last token came earlier)."""
+        done = self._run(now, self.token_s * len(sampled)) if sampled else now
+        for req in sampled:
             if req.client_first_s is None:
                 req.client_first_s = done
         for req in finished:

@@ -221,7 +221,7 @@ class BatchQueueSimulation(Simulation):
         self._busy -= batch.ids
         after = self.core.end(batch.step, env.now)
         if self.frontend is not None:
-            self.frontend.stream(env.now, batch.step.out.scheduled, after.finished)
+            self.frontend.stream(env.now, self.scheduler.sampled, after.finished)
         if self._done:
             self._retire_done()
         self._spawn_follow_ups(after.follow_ups)

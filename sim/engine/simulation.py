@@ -184,7 +184,7 @@ class Simulation:
                     yield from self._transfer(wait.seconds)
             after = core.end(step, env.now)
             if frontend is not None and step.ran:
-                frontend.stream(env.now, step.out.scheduled, after.finished)
+                frontend.stream(env.now, self.scheduler.sampled, after.finished)
             if self._done:
                 self._retire_done()
             if not step.ran:

@@ -42,6 +42,7 @@ class SchedulerBase:
         self.finished: list[Request] = []
         self.rejected: list[Request] = []
         self._admit_counter = 0
+        self.sampled: list[Request] = []  # of the last update_from_output
 
     # -- queues ---------------------------------------------------------------------------
 
@@ -160,6 +161,7 @@ class SchedulerBase:
         start is a request's ``admitted_s``; defaults to ``now``).
         """
         done = []
+        sampled = self.sampled = []  # the requests that sampled a token (the front end streams it)
         start = now if step_start_s is None else step_start_s
         for req, n in out.scheduled:  # every running request, every step: no property calls
             if req.admitted_s is None:
@@ -170,6 +172,7 @@ class SchedulerBase:
             if computed == req.num_prompt_tokens + generated:  # caught up (num_tokens): sample one token
                 generated += 1
                 req.num_generated = generated
+                sampled.append(req)
                 if req.first_token_s is None:
                     req.first_token_s = now
                 if generated >= req.num_output_tokens:

@@ -77,3 +77,24 @@ def test_vllm_v0_runs_admitted_prompts_in_prefill_only_steps(scenario_dict, tmp_
     assert mixed(steps) == 0 < mixed(other)  # prefill-first never mixes a prompt with decodes
     assert int((steps["num_prefill_tokens"] > 0).sum()) > 0
     assert len(v0.scheduler.finished) == 30
+
+
+@pytest.mark.parametrize("macro", [True, False])
+def test_a_prompt_chunk_one_token_short_streams_no_token(tmp_path, macro) -> None:
+    """A chunk that stops one token before its prompt's end samples nothing, though the
+    request then looks like a decode (computed = prompt + generated - 1): the front end
+    streams only what the scheduler's update sampled, so no client sees a first token
+    before the engine made it."""
+    data = {"seed": 0, "model": "tiny-llama", "gpu": "a100-80gb",
+            "engine": {"max_model_len": 128, "num_gpu_blocks_override": 128, "profile": "vllm-v1"},
+            "kv": {"allocator": "paged", "block_size": 1},
+            "scheduler": {"policy": "chunked-prefill", "max_num_seqs": 2, "max_num_batched_tokens": 15},
+            "workload": {"num_requests": 14, "arrival": {"type": "poisson", "rate": 100.0},
+                         "prompt_tokens": {"type": "uniform", "low": 1, "high": 35},
+                         "output_tokens": {"type": "uniform", "low": 1, "high": 2}}}
+    result = Simulation(parse_scenario(data, str(tmp_path / "s.yaml")), macro_steps=macro).run()
+    steps = result.steps.array()
+    # the case arises: a 15-token prompt chunked to 14 beside one decode
+    assert ((steps["num_prefill_tokens"] == 14) & (steps["num_decode_tokens"] == 1)).any()
+    for req in result.requests:
+        assert req.client_first_s >= req.first_token_s and req.client_last_s >= req.last_token_s
