@@ -188,7 +188,7 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
 def set_override(data: dict, assignment: str, source: str = "--set") -> None:
     """Apply ``key.path=value`` (value parsed as YAML) to a raw scenario mapping in place."""
     if "=" not in assignment:
-        raise ConfigError(source, assignment, "expected key.path=value (e.g. kv.block_size=32)")
+        raise ConfigError(source, assignment.strip() or "--set", "expected key.path=value (e.g. kv.block_size=32)")
     path, _, raw = assignment.partition("=")
     path = path.strip()
     keys = path.split(".")
