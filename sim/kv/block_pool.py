@@ -19,19 +19,19 @@ pop from the front), standing in for vLLM's doubly linked list.
 
 from __future__ import annotations
 
-from sim.kv.eviction import PrefixEviction, make_free_queue
+from sim.kv.eviction import PlainQueue, PrefixEviction, make_free_queue
 
 
 class BlockPool:
-    def __init__(self, num_blocks: int, eviction: PrefixEviction = PrefixEviction.LRU,
-                 caching: bool = True) -> None:
+    caching = True  # blocks get hashes (a pool without: :class:`PlainBlockPool`)
+
+    def __init__(self, num_blocks: int, eviction: PrefixEviction = PrefixEviction.LRU) -> None:
         if num_blocks <= 0:
             raise ValueError(f"num_blocks must be positive, got {num_blocks}")
         self.num_blocks = num_blocks
         self.ref_cnt = [0] * num_blocks
         self.block_hash: list[int | None] = [None] * num_blocks
-        self.caching = caching  # False: no block ever gets a hash (``cache`` refuses)
-        self._free = make_free_queue(eviction, num_blocks, caching)
+        self._free = make_free_queue(eviction, num_blocks)
         self._cached: dict[int, int] = {}  # hash -> block id
         self.num_cached_free = 0  # free blocks that still carry a hash
         self.num_evictions = 0
@@ -53,10 +53,6 @@ class BlockPool:
         # Popping all first is the same: the queue's order does not depend on the hashes.
         blocks = self._free.pop_many(count)
         block_hash, ref_cnt = self.block_hash, self.ref_cnt
-        if not self.caching:  # nothing to evict
-            for block in blocks:
-                ref_cnt[block] = 1
-            return blocks
         for block in blocks:
             if block_hash[block] is not None:
                 self._evict(block)
@@ -85,7 +81,6 @@ class BlockPool:
 
     def cache(self, block: int, h: int) -> None:
         """Register a full, computed block under its chained hash (first writer wins)."""
-        assert self.caching, "a pool built without caching got a hash"
         if self.block_hash[block] is None and h not in self._cached:
             self.block_hash[block] = h
             self._cached[h] = block
@@ -94,15 +89,6 @@ class BlockPool:
     def release(self, blocks: list[int]) -> None:
         """Drop one reference from each block, in the order given (pass tail first)."""
         ref_cnt, block_hash = self.ref_cnt, self.block_hash
-        if not self.caching:  # no hashes: the freed blocks go to the queue as they are
-            zero = []
-            for block in blocks:
-                ref = ref_cnt[block] - 1
-                ref_cnt[block] = ref
-                if ref == 0:
-                    zero.append(block)
-            self._free.push_plain(zero)
-            return
         freed = []  # (block, cached), pushed in the same order below
         for block in blocks:
             ref = ref_cnt[block] - 1
@@ -127,3 +113,60 @@ class BlockPool:
         assert cached_free == self.num_cached_free, "cached-free counter drifted"
         for h, b in self._cached.items():
             assert self.block_hash[b] == h, "hash map and block hashes disagree"
+
+
+class PlainBlockPool:
+    """The pool when no block is ever cached (prefix caching off). No block is then shared,
+    so a block is in use exactly when it is out of the free queue (a :class:`PlainQueue`):
+    the pool keeps no per-block state, and taking or freeing blocks is one list operation.
+    ``ref_cnt`` is derived on demand (for checks and tests)."""
+
+    caching = False
+    num_cached_free = 0
+    num_evictions = 0
+
+    def __init__(self, num_blocks: int) -> None:
+        if num_blocks <= 0:
+            raise ValueError(f"num_blocks must be positive, got {num_blocks}")
+        self.num_blocks = num_blocks
+        self._free = PlainQueue(range(num_blocks))
+        # Taking and freeing blocks are the queue's own operations (no per-block state here).
+        self.pop_free_many = self._free.pop_many
+        self.release = self._free.push_plain
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def ref_cnt(self) -> list[int]:
+        refs = [1] * self.num_blocks
+        for block in self._free:
+            refs[block] = 0
+        return refs
+
+    def pop_free(self) -> int:
+        return self._free.pop()
+
+    def get_cached(self, h: int) -> None:
+        return None
+
+    def touch(self, block: int) -> None:
+        raise AssertionError("no block is shared when nothing is cached")
+
+    def cache(self, block: int, h: int) -> None:
+        raise AssertionError("a pool built without caching got a hash")
+
+    def free_order(self) -> list[int]:
+        return list(self._free)
+
+    def check_invariants(self) -> None:
+        free = list(self._free)
+        assert len(set(free)) == len(free), "a block is freed twice"
+        assert all(0 <= b < self.num_blocks for b in free), "an unknown block id is free"
+
+
+def make_block_pool(num_blocks: int, eviction: PrefixEviction = PrefixEviction.LRU,
+                    caching: bool = True) -> BlockPool | PlainBlockPool:
+    """The pool a paged allocator uses: a :class:`PlainBlockPool` without caching."""
+    return BlockPool(num_blocks, eviction) if caching else PlainBlockPool(num_blocks)

@@ -13,7 +13,7 @@ back its oldest droppable blocks as it grows.
 from __future__ import annotations
 
 from sim.kv.base import PrefixCacheStats
-from sim.kv.block_pool import BlockPool
+from sim.kv.block_pool import make_block_pool
 from sim.kv.eviction import PrefixEviction
 from sim.kv.hashing import extend_block_hashes
 from sim.kv.token_budget import TokenBudget, TokenEviction
@@ -30,7 +30,7 @@ class PagedAllocator:
             raise ValueError(f"block_size must be positive, got {block_size}")
         if prefix_caching and budget.policy != TokenEviction.NONE:
             raise ValueError("prefix caching cannot be combined with token-level KV eviction")
-        self.pool = BlockPool(num_blocks, eviction, caching=prefix_caching)
+        self.pool = make_block_pool(num_blocks, eviction, caching=prefix_caching)
         self.block_size = block_size
         self.num_total_slots = num_blocks * block_size
         self.prefix_caching = prefix_caching

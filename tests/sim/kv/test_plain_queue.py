@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.kv.block_pool import BlockPool
+from sim.kv.block_pool import make_block_pool
 from sim.kv.eviction import PlainQueue, PrefixEviction, make_free_queue
 
 # a program: positive k pops k blocks, negative k frees the k most recently taken (tail first)
@@ -38,7 +38,7 @@ def test_same_order_as_the_policy_queues(program, policy) -> None:
 
 
 def test_a_pool_without_caching_counts_and_refuses_hashes() -> None:
-    pool = BlockPool(6000, caching=False)
+    pool = make_block_pool(6000, caching=False)
     a = pool.pop_free_many(4500)
     b = pool.pop_free_many(1000)
     pool.release(a[::-1])  # the front is dropped from the list past 4096 pops

@@ -25,7 +25,7 @@ B = 4
 def _state(alloc: PagedAllocator, req: Request) -> tuple:
     pool = alloc.pool
     return (dict(alloc.block_tables), dict(alloc._num_registered), list(pool.ref_cnt),
-            list(pool.block_hash), dict(pool._cached), pool.free_order(), pool.num_cached_free,
+            list(getattr(pool, "block_hash", ())), dict(getattr(pool, "_cached", {})), pool.free_order(), pool.num_cached_free,
             pool.num_evictions, alloc.num_queried_tokens, alloc.num_hit_tokens,
             list(req.block_hashes), req.slot_room)
 
