@@ -10,7 +10,7 @@ A workload is a list of :class:`SessionSpec`: a single request is a session of o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -183,6 +183,9 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Sessions:
                     next_segment)
 
 
+_CHUNK = 4096  # sessions read from the arrays at a time
+
+
 class Sessions(IndexedSequence):
     """The run's sessions in arrival order, each :class:`SessionSpec` built when it is read
     from the arrays the workload was drawn into (a million sessions kept as objects would
@@ -202,14 +205,28 @@ class Sessions(IndexedSequence):
         return int(self._arrived.size)
 
     def _item(self, i: int) -> SessionSpec:
-        k, nt, thinks = int(self._starts[i]), int(self._turns[i]), self._thinks
-        turns = tuple(
-            TurnSpec(int(self._prompts[k + t]), int(self._outputs[k + t]),
-                     float(thinks[k + t]) if (thinks is not None and t > 0) else 0.0)
-            for t in range(nt))
-        pid = int(self._prefix_ids[i])
-        return SessionSpec(i, float(self._arrived[i]), (pid, self._prefix_tokens) if pid else None, turns,
-                           self._first_segment + k)
+        return next(self._chunk(i, i + 1))
+
+    def __iter__(self) -> Iterator[SessionSpec]:
+        for i in range(0, len(self), _CHUNK):
+            yield from self._chunk(i, min(i + _CHUNK, len(self)))
+
+    def _chunk(self, i0: int, i1: int) -> Iterator[SessionSpec]:
+        """Sessions ``i0`` to ``i1``, read from slices of the arrays as lists (an element of
+        a numpy array costs far more to read than one of a list)."""
+        arrived, nts = self._arrived[i0:i1].tolist(), self._turns[i0:i1].tolist()
+        starts, pids = self._starts[i0:i1].tolist(), self._prefix_ids[i0:i1].tolist()
+        k0, k1 = starts[0], starts[-1] + nts[-1]
+        prompts, outputs = self._prompts[k0:k1].tolist(), self._outputs[k0:k1].tolist()
+        thinks = self._thinks[k0:k1].tolist() if self._thinks is not None else None
+        first, prefix_tokens = self._first_segment, self._prefix_tokens
+        for j in range(i1 - i0):
+            k = starts[j] - k0
+            turns = tuple(TurnSpec(prompts[k + t], outputs[k + t],
+                                   thinks[k + t] if (thinks is not None and t > 0) else 0.0)
+                          for t in range(nts[j]))
+            pid = pids[j]
+            yield SessionSpec(i0 + j, arrived[j], (pid, prefix_tokens) if pid else None, turns, first + starts[j])
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, Sequence) or len(self) != len(other):
