@@ -1,45 +1,51 @@
 """Macro-steps: many decode steps at once, with exactly the results of stepping one by one.
 
 Between events, a batch of decodes evolves predictably: every running request computes one
-token a step and no one is admitted. :class:`DecodeRun` finds such a stretch at a step
-boundary and advances it in one go, doing per step only what changes:
+token a step. :class:`DecodeRun` finds such a stretch at a step boundary and advances it in
+one go, doing per step only what changes:
 
 * the step's time, from the cost model on the step's shape (``num_seqs`` decodes over
   ``sum(computed + 1)`` KV tokens, which grows by the batch size each step; a datasheet
-  model's ``decode_time_fn`` adds up the terms that do not depend on the KV once), added to
-  the clock by the same float additions the step-by-step loop makes;
+  model's ``decode_time_fn`` adds up the terms that do not depend on the KV once per batch
+  size), added to the clock by the same float additions the step-by-step loop makes;
 * the allocator calls the scheduler would make: a request whose next token does not fit
   its ``slot_room`` calls ``allocate_slots`` at exactly the step and in exactly the order it
   would have (requests are bucketed by the step of their next crossing), so blocks are
-  taken, hashed and evicted in the same sequence;
+  taken, hashed and evicted in the same sequence (sim/engine/macro_batch.py);
 * the step log's row, from running sums of held, computed and final tokens updated at
   those crossings (the same integers ``StepLog.record`` sums over every request);
 * the front end's streaming work (one token per request per step).
 
 A stretch may start when the scheduler is continuous (chunked or not), the allocator paged
-without a token budget, every running request is decoding, nothing is swapped, no waiting
-request can be admitted before the stretch's last step (``DecodeRun._waiting_stays``: e.g.
-``max_num_seqs`` are running), the batch fits the token budget, and no step hook or
-checking step log watches. It ends:
+without a token budget, every running request is decoding, nothing is swapped, the batch
+fits the token budget, and no step hook or checking step log watches. How far it goes
+depends on who can see the engine between its steps:
 
-* with the first step in which requests finish: that step does the scheduler's update
-  (counters, ``last_token_s``, then ``_finish`` in scheduling order, which frees their
-  blocks), logs its row after the frees as ``StepLog.record`` would, and stamps the front
-  end's answer; the engine loop then asks for their follow-up turns and retires them, as
-  after a normal step (``DecodeRun.finished``);
-* before a step whose crossings could exhaust the free blocks (an allocation there might
-  preempt: the normal path decides);
-* at the next SimPy event (an arrival, a follow-up turn, a request leaving the front end).
-  In a lone engine no event reads the engine mid-step, so the stretch ends *with* the step
-  the event falls within; its row (whose waiting count includes the arrivals) and its
-  streaming are done at its end, after the event. A cluster's replica (``stepwise``) yields
-  to the clock at every step instead (its router reads it, and other replicas' events fall
-  between its steps): each step's allocations are made at its start and its update at its
-  end, as stepping one by one would, and the stretch ends after the step during which a
-  request was routed to it. A disaggregated pool's replicas end every stretch strictly
-  before the next event.
+* **A lone engine** (``straddle``): no event reads the engine mid-step, so the stretch runs
+  up to the step within which the next event (an arrival, a follow-up turn, a request
+  leaving the front end) falls, moves the clock to that step's end (the event runs) and logs
+  and streams that step after it (its row's waiting count includes the arrivals). Then it
+  goes on: a step whose start sees waiting requests runs the scheduler's own admission pass
+  (``_admit_waiting``, after the step's crossings, as ``schedule`` orders them) and is priced
+  with their prompt tokens; a request whose prompt is done joins the batch. A step in which
+  requests finish does the scheduler's update (counters, ``last_token_s``, ``_finish`` in
+  scheduling order, which frees their blocks), logs its row after the frees, streams, and
+  then does what the engine loop does after such a step (``Simulation._after_finishing``:
+  follow-up turns, retirement) with the clock at its end; the batch goes on without them.
+* **A cluster's replica** (``stepwise``): its router reads it, and other replicas' events
+  fall between its steps, so it yields to the clock at every step: each step's allocations
+  and admissions are made at its start and its update at its end, as stepping one by one
+  would; otherwise it goes on as a lone engine does.
+* **A disaggregated pool's replica** (neither): the stretch ends strictly before the next
+  event and with the first step in which requests finish; no request is admitted in it
+  (waiting requests must stay waiting: ``DecodeRun._waiting_stays``).
 
-Requests' counters are written back before the clock moves. ``tests/sim/engine/
+A stretch ends before a step whose crossings could exhaust the free blocks (an allocation
+might preempt: the normal path decides), whose waiting requests the admission pass could
+take when admissions are not made in stretches (vLLM V0's prefill-first steps, rejection
+when full), after a step that leaves an admitted prompt half done (a chunk: its next step
+is not a decode), and when no decode is left. Running requests' counters are written back
+when it ends (and a finishing request's when it finishes). ``tests/sim/engine/
 test_macro_steps.py`` runs every shipped scenario both ways and requires identical outputs.
 """
 
@@ -48,37 +54,49 @@ from __future__ import annotations
 import math
 
 from sim.cost.shape import BatchShape
+from sim.engine.macro_batch import DecodeBatch
 from sim.engine.metrics import StepLog
 from sim.kv.paged import PagedAllocator
 from sim.sched.continuous import ContinuousScheduler
+from sim.sched.output import SchedulerOutput
 
-#: Shortest stretch worth the set-up (a shorter one runs step by step).
-MIN_STEPS = 1
+#: Rows a stretch keeps before handing them to the step log.
+ROWS_PER_FLUSH = 4096
+
+_UNSET = object()
 
 
 class DecodeRun:
-    """Advances stretches of pure decode steps for one :class:`~sim.engine.simulation.Simulation`."""
+    """Advances stretches of decode steps for one :class:`~sim.engine.simulation.Simulation`."""
 
     def __init__(self, sim) -> None:
         self.sim = sim
         sched, alloc = sim.scheduler, sim.allocator
-        self.finished: list = []  # requests the last stretch's final step finished (scheduling order)
-        # A stretch may end with the step within which the next event falls when no event can
-        # see the engine mid-step: a lone engine (a cluster's router reads its replicas).
         self.straddle = getattr(sim, "macro_straddles", False)
-        # A cluster's replica (no disaggregation) yields to the clock step by step instead: the
-        # router and the other replicas run between its steps (module docstring).
         self.stepwise = getattr(sim, "macro_stepwise", False)
+        self.goes_on = self.straddle or self.stepwise  # past events and finishing steps
         self.enabled = (type(sched) is ContinuousScheduler and type(alloc) is PagedAllocator
                         and not alloc._bounded and sim.core.hook is None
                         and type(sim.core.steps) is StepLog)
+        # Waiting requests are admitted in a stretch by the scheduler's own admission pass,
+        # except where a step with admissions is not a decode step plus prompts (vLLM V0's
+        # prefill-first) or rejects requests (rejection when full): the normal path does those.
+        self.admits = self.goes_on and self.enabled and not sched.prefill_first and not sched.reject_when_full
+        self._fast: dict[int, object] = {}  # batch size -> decode_time_fn (the cost model is fixed)
+
+    def _decode_fn(self, n: int):
+        fn = self._fast.get(n, _UNSET)
+        if fn is _UNSET:
+            make = getattr(self.sim.cost, "decode_time_fn", None)
+            fn = self._fast[n] = make(n, n) if make is not None else None
+        return fn
 
     def _eligible(self) -> bool:
         sched = self.sim.scheduler
         running = sched.running
         if not running or sched.swapped or len(running) > sched.max_num_batched_tokens:
             return False
-        if sched.waiting and not self._waiting_stays(sched):
+        if sched.waiting and not self.admits and not self._waiting_stays(sched):
             return False
         for r in running:
             if not (r.num_generated > 0 and r.num_computed_tokens == r.num_prompt_tokens + r.num_generated - 1):
@@ -87,12 +105,11 @@ class DecodeRun:
 
     def _waiting_stays(self, sched) -> bool:
         """Whether the scheduler's admission pass (``_admit_waiting``) admits and rejects
-        nothing at every step of a stretch of the running decodes. It stops at once when
-        ``max_num_seqs`` are running, or when its first request's prompt does not fit the
-        budget the decodes leave (unchunked), or does not fit the free blocks: a stretch
-        takes blocks and frees none before its last step's update, and the budget and the
-        running count do not change. Not decided here (the normal path runs): prefix
-        caching (a hit may shrink what the request needs), rejection when full, prefill-first
+        nothing at a step of the running decodes, judged before the step's crossings (which
+        only take blocks). It stops at once when ``max_num_seqs`` are running, or when its
+        first request's prompt does not fit the budget the decodes leave (unchunked), or does
+        not fit the free blocks. Not decided here (the admission pass runs): prefix caching
+        (a hit may shrink what the request needs), rejection when full, prefill-first
         steps, and a request that still holds blocks."""
         n_running = len(sched.running)
         if n_running >= sched.max_num_seqs:
@@ -118,167 +135,160 @@ class DecodeRun:
     def run(self):
         """A SimPy sub-process: advance a stretch of decode steps if one starts now; returns
         how many steps it advanced (0: none, the caller steps normally)."""
-        self.finished = []
         if not self.enabled or not self._eligible():
             return 0
         sim = self.sim
         env, core, sched, alloc = sim.env, sim.core, sim.scheduler, sim.allocator
-        running = list(sched.running)
-        n = len(running)
-        c0 = [r.num_computed_tokens for r in running]
-        g0 = [r.num_generated for r in running]
-        outs = [r.num_output_tokens for r in running]
-        left = min([o - g for o, g in zip(outs, g0)])  # the last step: requests finish (below)
-        if left < MIN_STEPS:
-            return 0
-        stepwise = self.stepwise
-        t_next = math.inf if stepwise else env.peek()
-        now = env.now
-        idle = idle0 = math.inf if core.last_end_s is None else now - core.last_end_s
-        cost = sim.cost
-        step_time = cost.step_time_s
-        t_first = now + step_time(BatchShape(n, 0, n, sum(c0) + n, 0.0, 0, 0), idle0)
-        if not t_first < t_next and not (self.straddle and now < t_next < t_first):
-            return 0  # the first step already meets the next event (a cluster's other replicas)
-        B = alloc.block_size
-        pool = alloc.pool
-        tables = alloc.block_tables  # held_slots(r), inlined: len(table) x block_size
-        plain = not alloc.prefix_caching  # a crossing takes exactly one block (no hashing)
-        # step -> indices (into ``running``) of the requests that call allocate_slots then
-        buckets: dict[int, list[int]] = {}
-        finals = [r.num_prompt_tokens + o for r, o in zip(running, outs)]
-        helds = [len(tables.get(r.request_id, ())) * B for r in running]
-        s_held, s_comp = sum(helds), sum(c0)
-        s_minhf = sum([h if h < f else f for h, f in zip(helds, finals)])
-        for i, r in enumerate(running):
-            room = r.slot_room - c0[i]
-            buckets.setdefault(room if room > 0 else 0, []).append(i)
-        next_cross = min(buckets)
-        kv = s_comp + n  # decode_kv_tokens of the first step: sum(computed + 1)
-        fast = getattr(cost, "decode_time_fn", None)
-        fast = fast(n, n) if fast is not None else None  # kv -> the step's time, idle 0
+        b = DecodeBatch(sched.running, alloc)
+        stepwise, goes_on, admits = self.stepwise, self.goes_on, self.admits
+        budget, chunked = alloc.budget, sched.chunked
+        max_tokens = sched.max_num_batched_tokens
+        step_time = sim.cost.step_time_s
         fe = sim.frontend
-        token_work = fe.token_s * n if fe is not None else 0.0
+        token_s = fe.token_s if fe is not None else 0.0
+        t_next = math.inf if stepwise else env.peek()
+        t = env.now
+        idle = idle0 = math.inf if core.last_end_s is None else t - core.last_end_s
+        n = b.n
+        fast = self._decode_fn(n)
+        plain, B = b.plain, b.B
+        # The row's gauges, refreshed where they change (a plain crossing takes one block each).
         allocated, cached_free = alloc.num_allocated_slots(), alloc.num_cached_free_slots()
         frag = alloc.num_external_fragmentation_slots()
-        num_waiting = len(sched.waiting)  # inert through the stretch (_waiting_stays)
-        t = now
-        done = 0
-        durations: list[float] = []
-        pending = None  # the row of a last step that an event falls within (``straddle``)
+        num_waiting, num_running = len(sched.waiting), len(sched.running)
+        k = 0  # steps advanced
+        k_flushed = 0  # steps whose rows went to the step log
+        durations: list[float] = []  # since the clock last caught up (not stepwise)
         doubles: list[float] = []  # the step log's rows (StepLog.append_rows)
         counts: list[int] = []
-        while done < left:
-            crossing = None
-            if done == next_cross:
-                crossing = buckets.pop(done)
-                if len(crossing) > pool.num_free:
-                    buckets[done] = crossing
+        while True:
+            admit = False
+            if num_waiting and not self._waiting_stays(sched):
+                if not admits:
+                    break  # the normal path admits (or rejects) them
+                admit = True
+            crossing = k == b.next_cross
+            if crossing and goes_on:
+                crossed = b.cross_at(k)
+                if not crossed:
                     break  # an allocation might fail and preempt: the normal path decides
-            if fast is not None and idle == 0.0:
-                d = fast(kv)
-            else:
-                d = step_time(BatchShape(n, 0, n, kv, 0.0, 0, 0), idle)
+                if plain:  # one block each
+                    allocated += B * crossed
+                else:
+                    allocated, cached_free = alloc.num_allocated_slots(), alloc.num_cached_free_slots()
+            kv = b.s_comp + n  # decode_kv_tokens: sum(computed + 1)
+            out = None
+            if admit:  # after the decodes' allocations, as ``schedule`` runs its phases
+                out = SchedulerOutput(budget=budget)
+                sched._admit_waiting(out, max_tokens - n, chunked)
+                if out.scheduled:
+                    b.refresh()
+                    allocated, cached_free = alloc.num_allocated_slots(), alloc.num_cached_free_slots()
+                    num_waiting, num_running = len(sched.waiting), len(sched.running)
+                    a = len(out.scheduled)
+                    d = step_time(BatchShape(n + a, out.num_prefill_tokens, n + out.num_decode_tokens,
+                                             kv + out.decode_kv_tokens, out.prefill_attn_pairs,
+                                             out.prefill_kv_tokens, a - out.num_decode_tokens), idle)
+                else:
+                    out = None
+            if out is None:  # (a step with admissions was priced with their prompts above)
+                d = fast(kv) if fast is not None and idle == 0.0 else step_time(BatchShape(n, 0, n, kv, 0.0, 0, 0), idle)
             t_end = t + d
             straddling = not t_end < t_next  # never when stepwise (no bound)
-            if straddling and not (self.straddle and t < t_next < t_end):
-                if crossing is not None:
-                    buckets[done] = crossing
-                break
-            durations.append(d)
-            if crossing is not None:
-                crossing.sort()
-                if plain:  # allocate_slots without prefix caching: one block each, one pop for all
-                    for i, block in zip(crossing, pool.pop_free_many(len(crossing))):
-                        table = tables[running[i].request_id]
-                        table.append(block)
-                        running[i].slot_room = len(table) * B  # _set_room: the table's slots
-                else:
-                    for i in crossing:
-                        r = running[i]
-                        r.num_computed_tokens = c0[i] + done
-                        r.num_generated = g0[i] + done
-                        alloc.allocate_slots(r, 1)  # cannot fail: enough free blocks (checked)
-                for i in crossing:  # the running sums and each request's next crossing
-                    r = running[i]
-                    h_old, f = helds[i], finals[i]
-                    h = helds[i] = len(tables[r.request_id]) * B
-                    s_held += h - h_old
-                    s_minhf += (h if h < f else f) - (h_old if h_old < f else f)
-                    room = r.slot_room - (c0[i] + done)
-                    buckets.setdefault(done + (room if room > 1 else 1), []).append(i)
-                next_cross = min(buckets) if buckets else left
+            if straddling and not self.straddle:
+                break  # a disaggregated pool: the stretch ends before the event
+            if crossing and not goes_on:  # (the step's time does not depend on it)
+                if not b.cross_at(k):
+                    break
                 allocated, cached_free = alloc.num_allocated_slots(), alloc.num_cached_free_slots()
-                frag = alloc.num_external_fragmentation_slots()
             if stepwise:  # the step runs on the clock; the router may route to this replica meanwhile
                 yield env.timeout(d)
                 num_waiting = len(sched.waiting)
-            s_comp += n  # the step's update: every request computed one token
-            num_running = n
+            else:
+                durations.append(d)
+            # The step's update: every decode computed one token; admitted prompts ran.
+            b.s_comp += n
+            fin = b.fin.pop(k, None)
             finished = None
-            if done == left - 1:  # requests finish: the scheduler's update (update_from_output)
-                for i, r in enumerate(running):
-                    r.num_computed_tokens = c0[i] + left
-                    r.num_generated = g0[i] + left
-                finished = [i for i, r in enumerate(running) if r.num_generated >= outs[i]]
-                for i in finished:
-                    running[i].last_token_s = t_end
-                for i in finished:
-                    sched._finish(running[i], t_end)  # leaves ``running``, frees its blocks
-                    h, f = helds[i], finals[i]
-                    s_held -= h
-                    s_minhf -= h if h < f else f
-                    s_comp -= c0[i] + left
-                num_running -= len(finished)
+            if out is None:
+                num_seqs, num_prefill, num_decode = n, 0, n
+                produced = ()
+                if fin is not None:
+                    finished = b.finish(fin, (), k, t_end, sched)
+            else:
+                num_seqs, num_prefill, num_decode = n + a, out.num_prefill_tokens, n + out.num_decode_tokens
+                produced, done, partial = b.admitted(out.scheduled, k, t, t_end)
+                if fin is not None or done:
+                    finished = b.finish(fin, done, k, t_end, sched)
+            if finished is not None:
                 allocated, cached_free = alloc.num_allocated_slots(), alloc.num_cached_free_slots()
-                frag = alloc.num_external_fragmentation_slots()
-            row = (n, 0, n, 0, num_waiting, num_running, 0, 0, allocated - s_held + s_comp, allocated,
-                   s_minhf - s_comp, s_held - s_minhf, frag, cached_free)
+                num_running = len(sched.running)
+            s_held, s_comp, s_minhf = b.s_held, b.s_comp, b.s_minhf
+            row = (num_seqs, num_prefill, num_decode, 0, num_waiting, num_running, 0, 0,
+                   allocated - s_held + s_comp, allocated, s_minhf - s_comp, s_held - s_minhf, frag, cached_free)
             if straddling:  # logged and streamed at its end, after the events within it
-                pending = (t_end, t_end - t, row, finished)
+                pending = (t_end - t, row, produced, finished)
             else:
                 doubles += (t_end, t_end - t, 0.0)  # the step's duration as the clock saw it (not d)
                 counts += row
                 if fe is not None:
-                    self._stream(fe, t_end, token_work, running, finished)
+                    _stream(fe, t_end, token_s * (n + len(produced)), produced, finished)
             t = t_end
-            done += 1
-            if finished is not None:
-                self.finished = [running[i] for i in finished]
-                break
-            if straddling:
-                break
-            if stepwise and sched.waiting and not self._waiting_stays(sched):
-                break  # a request routed here during the step: the normal path admits it now
-            kv += n
+            k += 1
             idle = 0.0
-        if done == 0:
+            if straddling or finished is not None:  # the clock catches up with the stretch
+                core.steps.append_rows(doubles, counts)
+                doubles, counts, k_flushed = [], [], k
+                if not stepwise:
+                    yield from _advance_to(env, t, durations)
+                    durations = []
+                    num_waiting = len(sched.waiting)
+                if straddling:
+                    duration, row, produced, finished = pending
+                    core.steps.append_rows((t, duration, 0.0), (*row[:4], num_waiting, *row[5:]))
+                    if fe is not None:
+                        _stream(fe, t, token_s * (n + len(produced)), produced, finished)
+                if finished is not None:
+                    core.last_end_s = t
+                    sim._after_finishing(finished)
+                    if sim.progress is not None:
+                        sim.progress(env.now, len(sched.finished) + len(sched.rejected), len(sim.requests))
+                    if not goes_on:
+                        break
+                if not stepwise:
+                    t_next = env.peek()
+            elif k - k_flushed >= ROWS_PER_FLUSH:
+                core.steps.append_rows(doubles, counts)
+                doubles, counts, k_flushed = [], [], k
+            if out is not None and partial:
+                break
+            if b.n != n:
+                n = b.n
+                if n == 0:
+                    break
+                fast = self._decode_fn(n)
+        if k == 0:
             return 0
         core.steps.append_rows(doubles, counts)
-        if not self.finished:
-            for i, r in enumerate(running):
-                r.num_computed_tokens = c0[i] + done
-                r.num_generated = g0[i] + done
-        if not stepwise:
+        b.write_back(k)
+        if durations:
             yield from _advance_to(env, t, durations)
-        if pending is not None:  # the last step, which an event fell within: requests may wait now
-            t_end, duration, row, finished = pending
-            core.steps.append_rows((t_end, duration, 0.0), (*row[:4], len(sched.waiting), *row[5:]))
-            if fe is not None:
-                self._stream(fe, t_end, token_work, running, finished)
         core.last_end_s = t
-        core.idle_before_s = idle0 if done == 1 else 0.0  # as EngineStep.begin sets it for the last step
-        return done
+        core.idle_before_s = idle0 if k == 1 else 0.0  # as EngineStep.begin sets it for the last step
+        return k
 
 
-    @staticmethod
-    def _stream(fe, t_end: float, token_work: float, running: list, finished: list[int] | None) -> None:
-        """``FrontEnd.stream`` of a decode step ending at ``t_end`` (every request sampled a
-        token; their first tokens went out long ago); ``finished``: indices whose answer ends."""
-        answered = fe._run(t_end, token_work)
-        if finished is not None:
-            for i in finished:
-                running[i].client_last_s = answered
+def _stream(fe, t_end: float, work: float, produced, finished) -> None:
+    """``FrontEnd.stream`` of a step ending at ``t_end`` whose decodes and ``produced``
+    (admitted requests whose prompt is done) sampled a token: the latter's first token and
+    ``finished``'s whole answer reach the client when the front end has done ``work``."""
+    answered = fe._run(t_end, work)
+    for req in produced:
+        if req.client_first_s is None:
+            req.client_first_s = answered
+    if finished is not None:
+        for req in finished:
+            req.client_last_s = answered
 
 
 def _advance_to(env, t: float, durations: list[float]):

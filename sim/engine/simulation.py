@@ -166,9 +166,7 @@ class Simulation:
                 yield self._wakeup
             if macro is not None and macro.enabled:
                 advanced = yield from macro.run()
-                if advanced:
-                    if macro.finished:  # its last step finished requests: as after core.end below
-                        self._after_finishing(macro.finished)
+                if advanced:  # (it did what follows a step that finishes requests itself)
                     if self.progress is not None:
                         sched = self.scheduler
                         self.progress(env.now, len(sched.finished) + len(sched.rejected), len(self.requests))

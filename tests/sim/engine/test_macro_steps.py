@@ -77,17 +77,19 @@ def test_most_steps_of_a_chat_run_are_advanced_in_stretches(monkeypatch) -> None
     assert sum(advanced) > 0.3 * len(steps)
 
 
-def test_only_steps_with_prompts_run_one_by_one_in_a_lone_engine(monkeypatch) -> None:
-    """With no front end, no prefix caching and no preemption, every pure decode step is
-    advanced in a stretch: stretches end with the step in which requests finish, go on while
-    waiting requests cannot be admitted, and end with the step an arrival falls within.
-    Steps with prompt tokens are the only ones left to the normal path."""
+def test_only_steps_without_decodes_run_one_by_one_in_a_lone_engine(monkeypatch) -> None:
+    """With no prefix caching and no preemption, a stretch goes on through arrivals (their
+    prompts are admitted in it), finishing steps and waiting requests that cannot be
+    admitted. The only steps left to the normal path are those with no decode to carry a
+    stretch: an idle engine's first prompts."""
     from sim.engine.step_log import COLUMNS
 
     advanced = _count_stretches(monkeypatch)
     sim, summary, _, steps = _run("azure-conv.yaml", True)
     assert summary["preemptions"]["recompute"] == summary["preemptions"]["swap"] == 0
-    with_prompts = int((steps[:, COLUMNS.index("num_prefill_tokens")] > 0).sum())
-    waited = int((steps[:, COLUMNS.index("num_waiting")] > 0).sum())
-    assert waited > 0  # arrivals fell within stretches' last steps, or requests waited through them
-    assert len(steps) - sum(advanced) == with_prompts
+    col = COLUMNS.index
+    with_prompts = steps[:, col("num_prefill_tokens")] > 0
+    no_decodes = steps[:, col("num_decode_tokens")] == 0
+    assert int((steps[:, col("num_waiting")] > 0).sum()) > 0  # requests waited through stretches' steps
+    assert int((with_prompts & ~no_decodes).sum()) > 500  # prompts admitted within stretches
+    assert len(steps) - sum(advanced) == int((with_prompts & no_decodes).sum())

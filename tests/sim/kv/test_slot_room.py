@@ -45,7 +45,25 @@ def _check_room(alloc: PagedAllocator, req: Request) -> int:
     return checked
 
 
-def _run(seed: int, prefix_caching: bool, budget: TokenBudget = TokenBudget()) -> int:
+def _check_decode_slot(alloc: PagedAllocator, req: Request) -> int:
+    """A decode past its room: ``decode_slot`` does what ``allocate_slots(req, 1)`` does."""
+    if alloc._bounded or req.num_generated == 0 or req.num_computed_tokens != req.num_tokens - 1:
+        return 0
+    if req.num_computed_tokens + 1 <= req.slot_room or alloc.pool.num_free == 0:
+        return 0
+    a, r = copy.deepcopy((alloc, req))
+    assert a.allocate_slots(r, 1)
+    b, q = copy.deepcopy((alloc, req))
+    b.decode_slot(q)
+    assert _state(a, r) == _state(b, q), req
+    return 1
+
+
+def _run(seed: int, prefix_caching: bool, budget: TokenBudget = TokenBudget(),
+         crossings: list[int] | None = None) -> int:
+    """A random program of admissions, chunks, decodes and frees; checks every request's
+    room after each action; counts decode crossings checked into ``crossings[0]``."""
+    crossings = [0] if crossings is None else crossings
     rng = random.Random(seed)
     alloc = PagedAllocator(24, B, prefix_caching, budget=budget)
     live: list[Request] = []
@@ -81,6 +99,7 @@ def _run(seed: int, prefix_caching: bool, budget: TokenBudget = TokenBudget()) -
         alloc.check_invariants()
         for req in live:
             checked += _check_room(alloc, req)
+            crossings[0] += _check_decode_slot(alloc, req)
     return checked
 
 
@@ -88,6 +107,14 @@ def _run(seed: int, prefix_caching: bool, budget: TokenBudget = TokenBudget()) -
 @pytest.mark.parametrize("prefix_caching", [False, True])
 def test_slot_room_is_a_no_op_allocation(seed: int, prefix_caching: bool) -> None:
     assert _run(seed, prefix_caching) > 0  # the shortcut was exercised
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("prefix_caching", [False, True])
+def test_a_decode_crossing_allocates_as_the_general_path_does(seed: int, prefix_caching: bool) -> None:
+    crossings = [0]
+    _run(seed, prefix_caching, crossings=crossings)
+    assert crossings[0] > 0  # block and hash crossings were checked
 
 
 def test_slot_room_unused_under_a_token_budget() -> None:
