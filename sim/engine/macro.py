@@ -151,7 +151,7 @@ class DecodeRun:
         idle = idle0 = math.inf if core.last_end_s is None else t - core.last_end_s
         n = b.n
         fast = self._decode_fn(n)
-        plain, B = b.plain, b.B
+        plain, B, crossings = b.plain, b.B, b.cross
         # The row's gauges, refreshed where they change (a plain crossing takes one block each).
         allocated, cached_free = alloc.num_allocated_slots(), alloc.num_cached_free_slots()
         frag = alloc.num_external_fragmentation_slots()
@@ -167,7 +167,7 @@ class DecodeRun:
                 if not admits:
                     break  # the normal path admits (or rejects) them
                 admit = True
-            crossing = k == b.next_cross
+            crossing = k == crossings.next
             if crossing and goes_on:
                 crossed = b.cross_at(k)
                 if not crossed:
