@@ -16,13 +16,14 @@ request on a prefill replica and the hand-off (sim/engine/disagg.py) moves its K
 decode replica; summary.json gains ``cluster.disaggregation`` (sim/engine/disagg_summary.py)
 and each replica's ``role``.
 
-A replica's macro-steps (sim/engine/macro.py) yield to the clock at every step (the router
-reads replicas and other replicas' events fall between its steps) and end at the step after
-which a request was routed to it; they skip the scheduler's pass, the update and the step
-record (4 replicas replaying the Azure trace: 3.5 CPU s, 5.1 step by step). The replicas of
-a disaggregated cluster end each stretch before the next event instead. ``macro_steps=False``
-steps one by one; the results are exactly the same either way
-(tests/sim/cluster/test_cluster_routing.py, test_disaggregation.py).
+A replica (sim/engine/replica.py) runs its macro-steps (sim/engine/macro.py) off the clock
+until it may next be read or fed: the router's next pick (known ahead when no session has a
+follow-up turn: the next arrival, or under round-robin the next arrival whose turn it is)
+or a request leaving its front end; the step such an event falls within runs on the clock
+(its allocations and admissions at its start, its update at its end). With follow-up turns
+every step runs on the clock. The replicas of a disaggregated cluster end each stretch before
+the next event instead. ``macro_steps=False`` steps one by one; the results are exactly the
+same either way (tests/sim/cluster/test_cluster_routing.py, test_disaggregation.py).
 
 :func:`summarize_cluster` writes summary.json: today's keys over every request (latencies,
 the cluster's throughput), KV, preemption and engine figures aggregated over replicas (the
@@ -32,6 +33,7 @@ the cluster's throughput), KV, preemption and engine figures aggregated over rep
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -42,73 +44,14 @@ from sim.engine.metrics import summarize
 from sim.engine.disagg import Disaggregation
 from sim.engine.disagg_parts import build_pools, with_sessions
 from sim.engine.disagg_summary import disaggregation_summary, prefill_pool_hit_rate
-from sim.engine.parts import EngineParts, SessionDriver, build_parts, replica_parts, without_vetoed_defaults
+from sim.engine.parts import SessionDriver, build_parts, replica_parts, without_vetoed_defaults
+from sim.config.cluster_schema import RouterKind
 from sim.engine.router import Router
-from sim.engine.simulation import SimResult, Simulation
+from sim.engine.replica import Replica
+from sim.engine.simulation import SimResult
 from sim.errors import ConfigError
 from sim.request import Request
 from sim.workload.generate import SessionSpec
-
-
-class Replica(Simulation):
-    """One engine of a cluster: a Simulation on the cluster's clock, fed by its router.
-    ``role``: ``prefill`` or ``decode`` in a disaggregated cluster (sim/engine/disagg.py)."""
-
-    macro_straddles = False  # the router reads replicas between their steps (sim/engine/macro.py)
-
-    def __init__(self, cluster: ClusterSimulation, index: int, parts: EngineParts,  # noqa: PLW0231
-                 role: str | None = None) -> None:
-        self.cluster, self.index, self.role = cluster, index, role
-        # macro-steps yield to the clock each step (sim/engine/macro.py): the router reads this
-        # replica between its steps; a disaggregated pool's hand-offs are left to the normal path
-        self.macro_stepwise = role is None
-        # A prefill replica runs prefill copies sharing their request's id: they must not be
-        # retired into the cluster's request log (sim/engine/request_log.py) in its place.
-        self._assemble(parts, cluster.env, cluster.driver, None, cluster.macro_steps,
-                       keep_requests=role == "prefill")
-        self.requests: list[Request] = []  # the requests routed here, in arrival order
-        self.progress = None  # set by ClusterSimulation.run when the cluster reports progress
-        self.on_rejected = None  # called with a request its scheduler rejected on arrival
-
-    def outstanding(self) -> int:
-        """Requests in flight here: queued, running, swapped out, or still in the front end."""
-        sched = self.scheduler
-        return len(self.requests) - len(sched.finished) - len(sched.rejected)
-
-    def accept(self, req: Request) -> None:
-        """``req`` was routed here: through the front end (if any) to the scheduler."""
-        self.requests.append(req)
-        if self.frontend is not None:
-            self.env.process(self._through_frontend(req))
-        else:
-            self._enqueue(req)
-
-    def _through_frontend(self, req: Request):
-        ready = self.frontend.receive(self.env.now, req.num_prompt_tokens)
-        if ready > self.env.now:
-            yield self.env.timeout(ready - self.env.now)
-        self._enqueue(req)
-
-    def _enqueue(self, req: Request) -> None:
-        if self.scheduler.add_request(req):
-            self.wake()
-        elif self.on_rejected is not None:
-            self.on_rejected(req)
-
-    def wake(self) -> None:
-        """Work arrived: an engine waiting for some goes on."""
-        if not self._wakeup.triggered:
-            self._wakeup.succeed()
-
-    def _submit(self, session: SessionSpec, turn: int) -> None:
-        self.cluster.submit(session, turn)  # a follow-up turn goes through the router too
-
-    def result(self, end_s: float) -> SimResult:
-        return SimResult(
-            scenario=self.sc, plan=self.plan, calibration_name=self.cal.name,
-            calibration_source=str(self.cal.source), requests=self.requests, steps=self.steps,
-            scheduler=self.scheduler, preemptor=self.preemptor, allocator=self.allocator,
-            swap=self.swap, end_s=end_s, calibration_label=self.cal.source_label, profile=self.parts.profile)
 
 
 @dataclass
@@ -150,6 +93,9 @@ class ClusterSimulation:
     #: The engine of each replica; replicas of a pipeline-parallel engine (vLLM V1's batch
     #: queue) are sim/engine/pipeline_cluster.py's BatchQueueReplica (#15).
     replica_class = Replica
+    single_turns = False  # no session has a follow-up turn (set in __init__)
+    next_route_s = -math.inf  # no earlier than the router's next pick (-inf: not known)
+    _next_session = 0  # the session the arrival process submits next
 
     def __init__(self, sc: Scenario, progress=None, macro_steps: bool = True) -> None:
         dis = sc.cluster.disaggregation
@@ -170,6 +116,10 @@ class ClusterSimulation:
         self.requests = self.driver.requests
         self.macro_steps = macro_steps
         self.progress = progress
+        # When the router next picks a replica: the arrival process's next session, known
+        # ahead when no session has a follow-up turn (those come a think time after any
+        # step); -inf when not known (replicas' macro-steps then step on the clock).
+        self.single_turns = self.sessions.max_turns() <= 1
         roles = [None] if dis is None else ["prefill", "decode"]
         self.replicas = []
         for role, pool in zip(roles, pools):
@@ -206,10 +156,32 @@ class ClusterSimulation:
 
     def _arrivals(self):
         env = self.env
-        for session in self.sessions:
+        known = self.single_turns
+        for j, session in enumerate(self.sessions):
             if session.arrival_s > env.now:
-                yield env.timeout(session.arrival_s - env.now)
+                delay = session.arrival_s - env.now
+                if known:
+                    self.next_route_s, self._next_session = env.now + delay, j  # when the timeout fires
+                yield env.timeout(delay)
             self.submit(session, 0)
+        if known:
+            self.next_route_s, self._next_session = math.inf, len(self.sessions)
+
+    def next_pick_s(self, index: int) -> float:
+        """No earlier than the router's next pick of replica ``index``: the next arrival's
+        time; under round-robin (its turn known ahead) the arrival of the session whose turn
+        it is, a hair early (that session's timeout is not scheduled yet). -inf when follow-up
+        turns may come."""
+        if self.router.kind is not RouterKind.ROUND_ROBIN or not self.single_turns or self.handoff is not None:
+            return self.next_route_s  # (sticky sessions matter only to follow-up turns)
+        ahead = (index - self.router._next) % len(self.replicas)
+        if ahead == 0:
+            return self.next_route_s
+        j = self._next_session + ahead
+        if j >= len(self.sessions):
+            return math.inf
+        t = self.sessions.arrival_s(j)
+        return t - max(1e-9, abs(t) * 1e-12)
 
     def run(self) -> ClusterResult:
         t0 = time.perf_counter()

@@ -32,10 +32,13 @@ depends on who can see the engine between its steps:
   scheduling order, which frees their blocks), logs its row after the frees, streams, and
   then does what the engine loop does after such a step (``Simulation._after_finishing``:
   follow-up turns, retirement) with the clock at its end; the batch goes on without them.
-* **A cluster's replica** (``stepwise``): its router reads it, and other replicas' events
-  fall between its steps, so it yields to the clock at every step: each step's allocations
-  and admissions are made at its start and its update at its end, as stepping one by one
-  would; otherwise it goes on as a lone engine does.
+* **A cluster's replica** (``stepwise``): its router reads it at arrivals, and other
+  replicas' events fall between its steps. Its steps run off the clock until the time it
+  may next be read or fed (``Replica.next_input_s``: the router's next pick, known ahead
+  when no session has a follow-up turn; a request leaving its front end); the step that
+  time falls within runs on the clock: its allocations and admissions at its start, the
+  clock to its end (the router runs meanwhile), its update after. With follow-up turns
+  every step runs on the clock. Otherwise it goes on as a lone engine does.
 * **A disaggregated pool's replica** (neither): the stretch ends strictly before the next
   event and with the first step in which requests finish; no request is admitted in it
   (waiting requests must stay waiting: ``DecodeRun._waiting_stays``).
@@ -83,6 +86,11 @@ class DecodeRun:
         # prefill-first) or rejects requests (rejection when full): the normal path does those.
         self.admits = self.goes_on and self.enabled and not sched.prefill_first and not sched.reject_when_full
         self._fast: dict[int, object] = {}  # batch size -> decode_time_fn (the cost model is fixed)
+        # A replica's steps go on the clock from the time it may next be read or fed on
+        # (``next_input_s``: the router's next pick, a request leaving its front end); when that
+        # is not known ahead (conversations: a follow-up turn may come at any step), every step.
+        bound = getattr(sim, "next_input_s", None)
+        self._next_input = bound if self.stepwise and bound is not None else (lambda: -math.inf)
 
     def _decode_fn(self, n: int):
         fn = self._fast.get(n, _UNSET)
@@ -146,12 +154,13 @@ class DecodeRun:
         step_time = sim.cost.step_time_s
         fe = sim.frontend
         token_s = fe.token_s if fe is not None else 0.0
-        t_next = math.inf if stepwise else env.peek()
+        next_input = self._next_input
+        t_next = next_input() if stepwise else env.peek()
         t = env.now
         idle = idle0 = math.inf if core.last_end_s is None else t - core.last_end_s
         n = b.n
         fast = self._decode_fn(n)
-        plain, B, crossings = b.plain, b.B, b.cross
+        plain, B, crossings, fins = b.plain, b.B, b.cross, b.fin
         # The row's gauges, refreshed where they change (a plain crossing takes one block each).
         allocated, cached_free = alloc.num_allocated_slots(), alloc.num_cached_free_slots()
         frag = alloc.num_external_fragmentation_slots()
@@ -194,21 +203,25 @@ class DecodeRun:
             if out is None:  # (a step with admissions was priced with their prompts above)
                 d = fast(kv) if fast is not None and idle == 0.0 else step_time(BatchShape(n, 0, n, kv, 0.0, 0, 0), idle)
             t_end = t + d
-            straddling = not t_end < t_next  # never when stepwise (no bound)
-            if straddling and not self.straddle:
+            straddling = not t_end < t_next  # stepwise: the step runs on the clock
+            if straddling and not goes_on:
                 break  # a disaggregated pool: the stretch ends before the event
             if crossing and not goes_on:  # (the step's time does not depend on it)
                 if not b.cross_at(k):
                     break
                 allocated, cached_free = alloc.num_allocated_slots(), alloc.num_cached_free_slots()
-            if stepwise:  # the step runs on the clock; the router may route to this replica meanwhile
+            if stepwise and straddling:  # on the clock: the router may read or feed this replica meanwhile
+                if durations:
+                    yield from _advance_to(env, t, durations)
+                    durations = []
                 yield env.timeout(d)
                 num_waiting = len(sched.waiting)
             else:
                 durations.append(d)
+            after_events = straddling and not stepwise  # a lone engine's step an event fell within
             # The step's update: every decode computed one token; admitted prompts ran.
             b.s_comp += n
-            fin = b.fin.pop(k, None)
+            fin = fins.pop(k, None)
             finished = None
             if out is None:
                 num_seqs, num_prefill, num_decode = n, 0, n
@@ -226,7 +239,7 @@ class DecodeRun:
             s_held, s_comp, s_minhf = b.s_held, b.s_comp, b.s_minhf
             row = (num_seqs, num_prefill, num_decode, 0, num_waiting, num_running, 0, 0,
                    allocated - s_held + s_comp, allocated, s_minhf - s_comp, s_held - s_minhf, frag, cached_free)
-            if straddling:  # logged and streamed at its end, after the events within it
+            if after_events:  # logged and streamed at its end, after the events within it
                 pending = (t_end - t, row, produced, finished)
             else:
                 doubles += (t_end, t_end - t, 0.0)  # the step's duration as the clock saw it (not d)
@@ -236,14 +249,14 @@ class DecodeRun:
             t = t_end
             k += 1
             idle = 0.0
-            if straddling or finished is not None:  # the clock catches up with the stretch
+            if after_events or finished is not None:  # the clock catches up with the stretch
                 core.steps.append_rows(doubles, counts)
                 doubles, counts, k_flushed = [], [], k
-                if not stepwise:
+                if durations:
                     yield from _advance_to(env, t, durations)
                     durations = []
                     num_waiting = len(sched.waiting)
-                if straddling:
+                if after_events:
                     duration, row, produced, finished = pending
                     core.steps.append_rows((t, duration, 0.0), (*row[:4], num_waiting, *row[5:]))
                     if fe is not None:
@@ -255,9 +268,10 @@ class DecodeRun:
                         sim.progress(env.now, len(sched.finished) + len(sched.rejected), len(sim.requests))
                     if not goes_on:
                         break
-                if not stepwise:
-                    t_next = env.peek()
-            elif k - k_flushed >= ROWS_PER_FLUSH:
+                t_next = next_input() if stepwise else env.peek()
+            elif straddling:
+                t_next = next_input()  # (stepwise) the bound may have moved meanwhile
+            if k - k_flushed >= ROWS_PER_FLUSH:
                 core.steps.append_rows(doubles, counts)
                 doubles, counts, k_flushed = [], [], k
             if out is not None and partial:

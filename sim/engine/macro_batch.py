@@ -47,6 +47,7 @@ class DecodeBatch:
             fin.setdefault(r.num_output_tokens - gb[i] - 1, []).append(i)
         self.fin = fin
         self.num_free = alloc.pool.num_free  # the pool's free blocks (``refresh`` after others take or free some)
+        self.pop_free_many = alloc.pool.pop_free_many
 
     def refresh(self) -> None:
         """Re-read the pool's free blocks (after an admission or a finish)."""
@@ -62,7 +63,7 @@ class DecodeBatch:
         cb, finals, tbls, B = self.cb, self.finals, self.tbls, self.B
         s_minhf = self.s_minhf
         if self.plain:  # one block each, one pop for all; the room is written back at the end
-            for s, block in zip(slots, self.alloc.pool.pop_free_many(len(slots))):
+            for s, block in zip(slots, self.pop_free_many(len(slots))):
                 table = tbls[s]
                 table.append(block)
                 h, f = len(table) * B, finals[s]

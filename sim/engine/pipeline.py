@@ -48,7 +48,8 @@ import simpy
 from sim.config.cluster_schema import ClusterConfig
 from sim.config.profile_schema import PipelineMode, pipeline_mode
 from sim.config.scenario import Scenario
-from sim.engine.cluster import ClusterResult, ClusterSimulation, Replica
+from sim.engine.cluster import ClusterResult, ClusterSimulation
+from sim.engine.replica import Replica
 from sim.engine.parts import EngineParts, SessionDriver, build_parts, engine_state
 from sim.engine.pipeline_batch_queue import BatchQueueSimulation
 from sim.engine.pipeline_cluster import PipelineCluster, check_pipeline_cluster

@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from sim.config.profile_schema import PipelineMode, pipeline_mode
 from sim.config.scenario import Scenario
-from sim.engine.cluster import ClusterResult, ClusterSimulation, Replica
+from sim.engine.cluster import ClusterResult, ClusterSimulation
+from sim.engine.replica import Replica
 from sim.engine.parts import EngineParts
 from sim.engine.pipeline_batch_queue import BatchQueueSimulation
 from sim.engine.simulation import SimResult

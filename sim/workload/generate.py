@@ -207,6 +207,14 @@ class Sessions(IndexedSequence):
     def _item(self, i: int) -> SessionSpec:
         return next(self._chunk(i, i + 1))
 
+    def arrival_s(self, i: int) -> float:
+        """When session ``i`` arrives."""
+        return float(self._arrived[i])
+
+    def max_turns(self) -> int:
+        """The most turns a session has (0 with no sessions)."""
+        return int(self._turns.max()) if len(self) else 0
+
     def __iter__(self) -> Iterator[SessionSpec]:
         for i in range(0, len(self), _CHUNK):
             yield from self._chunk(i, min(i + _CHUNK, len(self)))

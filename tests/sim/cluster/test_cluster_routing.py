@@ -123,6 +123,38 @@ def test_macro_steps_change_nothing_in_a_cluster(profile):
         assert a.steps.rows[:] == b.steps.rows[:]
 
 
+@pytest.mark.parametrize("router", ["least-kv", "least-outstanding", "prefix-aware"])
+@pytest.mark.parametrize("profile", ["vllm-v1", "eager"])
+def test_single_turn_replicas_step_off_the_clock_until_the_router_next_picks(router, profile, monkeypatch):
+    """Without follow-up turns the router's next pick is the next arrival, known ahead: a
+    replica's steps run off the clock until then (only the step an arrival or a request
+    leaving its front end falls within waits for the clock), with the same results as
+    stepping one by one, under routers that read the replicas' load and prefix caches."""
+    import simpy
+
+    events = []
+    step = simpy.Environment.step
+
+    def counting(env):
+        events.append(1)
+        return step(env)
+
+    sc = scenario({"num_replicas": 3, "router": router}, engine={"profile": profile}, kv={"prefix_caching": True},
+                  workload={"num_requests": 120, "arrival": {"type": "poisson", "rate": 6.0},
+                            "output_tokens": {"type": "uniform", "low": 200, "high": 400},
+                            "shared_prefix": {"num_prefixes": 3, "prefix_tokens": 128}})
+    monkeypatch.setattr(simpy.Environment, "step", counting)
+    fast = ClusterSimulation(sc, macro_steps=True).run()
+    fast_events, events[:] = len(events), []
+    slow = ClusterSimulation(sc, macro_steps=False).run()
+    assert summarize_cluster(fast) | {"sim_wall_s": 0} == summarize_cluster(slow) | {"sim_wall_s": 0}
+    assert requests_csv(fast.requests, fast.replica_of) == requests_csv(slow.requests, slow.replica_of)
+    for a, b in zip(fast.replicas, slow.replicas):
+        assert a.steps.rows[:] == b.steps.rows[:]
+    num_steps = sum(len(r.steps) for r in fast.replicas)
+    assert fast_events < num_steps / 3 < len(events)  # most steps passed no event
+
+
 def test_the_shipped_fleet_scenario_is_exact_with_macro_steps():
     sc = load_scenario(SCENARIOS / "fleet-router.yaml", ["workload.num_requests=150"])
     fast, slow = ClusterSimulation(sc, macro_steps=True).run(), ClusterSimulation(sc, macro_steps=False).run()
