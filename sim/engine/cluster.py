@@ -45,7 +45,6 @@ from sim.engine.disagg import Disaggregation
 from sim.engine.disagg_parts import build_pools, with_sessions
 from sim.engine.disagg_summary import disaggregation_summary, prefill_pool_hit_rate
 from sim.engine.parts import SessionDriver, build_parts, replica_parts, without_vetoed_defaults
-from sim.config.cluster_schema import RouterKind
 from sim.engine.router import Router
 from sim.engine.replica import Replica
 from sim.engine.simulation import SimResult
@@ -172,11 +171,9 @@ class ClusterSimulation:
         time; under round-robin (its turn known ahead) the arrival of the session whose turn
         it is, a hair early (that session's timeout is not scheduled yet). -inf when follow-up
         turns may come."""
-        if self.router.kind is not RouterKind.ROUND_ROBIN or not self.single_turns or self.handoff is not None:
+        ahead = self.router.turns_ahead(index)
+        if not ahead or not self.single_turns or self.handoff is not None:
             return self.next_route_s  # (sticky sessions matter only to follow-up turns)
-        ahead = (index - self.router._next) % len(self.replicas)
-        if ahead == 0:
-            return self.next_route_s
         j = self._next_session + ahead
         if j >= len(self.sessions):
             return math.inf

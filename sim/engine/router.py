@@ -53,6 +53,13 @@ class Router:
         self._next = (chosen + 1) % n
         return chosen
 
+    def turns_ahead(self, index: int) -> int | None:
+        """Round-robin: how many picks come before replica ``index``'s next (0: the very
+        next); None for the routers that read the replicas (any pick may be any replica)."""
+        if self.kind is not RouterKind.ROUND_ROBIN:
+            return None
+        return (index - self._next) % len(self.replicas)
+
     def _prefix_pick(self, req: Request, loads: list[int], least: int) -> int:
         hits = [r.allocator.lookup_prefix(req) for r in self.replicas]
         longest = max(hits)
