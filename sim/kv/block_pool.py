@@ -42,31 +42,24 @@ class BlockPool:
 
     def pop_free(self) -> int:
         """Take the front of the free queue for new content (evicting its cached hash)."""
-        block = self._free.pop()
-        if self.block_hash[block] is not None:
-            self._evict(block)
-        self.ref_cnt[block] = 1
-        return block
+        return self.pop_free_many(1)[0]
 
     def pop_free_many(self, count: int) -> list[int]:
-        """``count`` calls of ``pop_free``, in order (one call for a request's new blocks)."""
+        """Take ``count`` blocks off the front of the free queue, in order, for new content
+        (each still carrying a hash is evicted: one call for a request's new blocks)."""
         # Popping all first is the same: the queue's order does not depend on the hashes.
         blocks = self._free.pop_many(count)
-        block_hash, ref_cnt = self.block_hash, self.ref_cnt
+        block_hash, ref_cnt, cached = self.block_hash, self.ref_cnt, self._cached
         for block in blocks:
-            if block_hash[block] is not None:
-                self._evict(block)
+            h = block_hash[block]
+            if h is not None:  # evicted (the map may point at another block for h by now)
+                self.num_cached_free -= 1
+                self.num_evictions += 1
+                if cached.get(h) == block:
+                    del cached[h]
+                block_hash[block] = None
             ref_cnt[block] = 1
         return blocks
-
-    def _evict(self, block: int) -> None:
-        """Drop a reused block's hash (it is leaving the free queue)."""
-        h = self.block_hash[block]
-        self.num_cached_free -= 1
-        self.num_evictions += 1
-        if self._cached.get(h) == block:
-            del self._cached[h]
-        self.block_hash[block] = None
 
     def get_cached(self, h: int) -> int | None:
         return self._cached.get(h)

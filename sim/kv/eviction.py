@@ -59,6 +59,8 @@ class LRUQueue:
     def pop_many(self, count: int) -> list[int]:
         """``count`` pops, in order."""
         popitem = self._q.popitem
+        if count == 1:  # a decode's new block
+            return [popitem(last=False)[0]]
         return [popitem(last=False)[0] for _ in range(count)]
 
     def push_many(self, entries: list[tuple[int, bool]]) -> None:
