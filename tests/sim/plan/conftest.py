@@ -37,3 +37,23 @@ def write_plan(tmp_path):
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         return str(path)
     return write
+
+
+@pytest.fixture
+def assert_refused(tmp_path, capsys):
+    """``check(path, key_prefix, message)``: the plan at ``path`` is refused by ``load_plan``
+    naming the file and a key under ``key_prefix``, and by ``sim plan`` with exit 2, one
+    ``error: <path>: ...`` line holding ``message``, and no output folder."""
+    from sim.cli.main import main
+    from sim.errors import ConfigError
+    from sim.plan.spec import load_plan
+
+    def check(path: str, key_prefix: str, message: str) -> None:
+        with pytest.raises(ConfigError) as err:
+            load_plan(path)
+        assert err.value.file == path and err.value.key.startswith(key_prefix)
+        assert main(["plan", path, "--out", str(tmp_path / "out"), "--quiet"]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: {path}: ") and message in lines[0], lines
+        assert not (tmp_path / "out").exists()
+    return check
