@@ -223,16 +223,19 @@ class DecodeRun:
             b.s_comp += n
             fin = fins.pop(k, None)
             finished = None
+            if fin is not None:  # decodes finish first: they come first in scheduling order
+                finished = b.finish(fin, k, t_end, sched)
             if out is None:
                 num_seqs, num_prefill, num_decode = n, 0, n
                 produced = ()
-                if fin is not None:
-                    finished = b.finish(fin, (), k, t_end, sched)
             else:
                 num_seqs, num_prefill, num_decode = n + a, out.num_prefill_tokens, n + out.num_decode_tokens
-                produced, done, partial = b.admitted(out.scheduled, k, t, t_end)
-                if fin is not None or done:
-                    finished = b.finish(fin, done, k, t_end, sched)
+                done = sched.update_from_output(out, t_end, t)  # the admitted requests' update
+                produced = sched.sampled
+                partial = b.join(out.scheduled, done, produced, k)
+                if done:
+                    finished = done if finished is None else finished + done
+                    b.refresh()
             if finished is not None:
                 allocated, cached_free = alloc.num_allocated_slots(), alloc.num_cached_free_slots()
                 num_running = len(sched.running)

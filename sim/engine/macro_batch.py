@@ -90,57 +90,48 @@ class DecodeBatch:
         self.s_minhf = s_minhf
         return len(slots)
 
-    def admitted(self, scheduled: list, k: int, start_s: float, end_s: float):
-        """The update (``update_from_output``) of the requests admitted at step ``k``, which
-        ran from ``start_s`` to ``end_s``. A request whose prompt is done takes the next slot;
-        one still prefilling (a chunk) stays out of the batch. Returns (requests that sampled
-        a token, requests that finished, whether one is still prefilling)."""
-        produced, done, partial = [], [], False
+    def join(self, scheduled: list, done: list[Request], sampled: list[Request], k: int) -> bool:
+        """After the scheduler's update of the requests admitted at step ``k`` (``scheduled``;
+        ``done``: those it finished, ``sampled``: those that sampled a token): one whose
+        prompt is done takes the next slot; one still prefilling (a chunk) stays out of the
+        batch. Returns whether one is still prefilling (the stretch ends after the step)."""
+        partial = False
         tables, B = self.tables, self.B
-        for req, m in scheduled:
-            if req.admitted_s is None:
-                req.admitted_s = start_s
-            computed = req.num_computed_tokens + m
-            req.num_computed_tokens = computed
-            generated = req.num_generated
-            held = len(tables[req.request_id]) * B
-            final = req.num_prompt_tokens + req.num_output_tokens
-            if computed != req.num_prompt_tokens + generated:  # a chunk: still prefilling
-                partial = True
-                self._add_sums(held, computed, final)
+        took = {r.request_id for r in sampled}
+        gone = {r.request_id for r in done}
+        for req, _ in scheduled:
+            rid = req.request_id
+            if rid in gone:
                 continue
-            generated += 1
-            req.num_generated = generated
-            if req.first_token_s is None:
-                req.first_token_s = end_s
-            produced.append(req)
-            if generated >= req.num_output_tokens:
-                req.last_token_s = end_s
-                done.append(req)
+            computed, generated = req.num_computed_tokens, req.num_generated
+            held = len(tables[rid]) * B
+            final = req.num_prompt_tokens + req.num_output_tokens
+            self._add_sums(held, computed, final)
+            if rid not in took:  # a chunk: still prefilling
+                partial = True
                 continue
             s = len(self.reqs)  # the next slot; at step k + 1 it holds computed, generated
             self.reqs.append(req)
-            self.tbls.append(tables[req.request_id])
+            self.tbls.append(tables[rid])
             self.cb.append(computed - k - 1)
             self.gb.append(generated - k - 1)
             self.finals.append(final)
             self.alive.append(True)
             self.n += 1
-            self._add_sums(held, computed, final)
             room = req.slot_room - computed
             self.cross.add(s, k + 1 + (room if room > 0 else 0), k + 1)
             self.fin.setdefault(req.num_output_tokens - generated + k, []).append(s)
-        return produced, done, partial
+        return partial
 
     def _add_sums(self, held: int, computed: int, final: int) -> None:
         self.s_held += held
         self.s_comp += computed
         self.s_minhf += held if held < final else final
 
-    def finish(self, slots: list[int] | None, also: list[Request], k: int, end_s: float, sched) -> list[Request]:
-        """Step ``k`` computed the last token of ``slots`` (and of ``also``, admitted in it):
-        the rest of the scheduler's update. Their counters are written back, then they finish
-        in scheduling order (``_finish`` frees their blocks). Returns them in that order."""
+    def finish(self, slots: list[int], k: int, end_s: float, sched) -> list[Request]:
+        """Step ``k`` computed the last token of ``slots``: the rest of the scheduler's
+        update. Their counters are written back, then they finish in scheduling order
+        (``_finish`` frees their blocks). Returns them in that order."""
         done = []
         if slots:
             slots.sort()
@@ -158,7 +149,6 @@ class DecodeBatch:
                 self.s_comp -= computed
                 done.append(r)
             self.n -= len(slots)
-        done += also
         for r in done:
             sched._finish(r, end_s)  # leaves ``running``, frees its blocks
         self.refresh()
