@@ -111,19 +111,9 @@ class PagedAllocator:
         total = req.num_computed_tokens + 1
         if total > len(table) * B:
             table += self.pool.pop_free_many(-(-total // B) - len(table))
-        room = len(table) * B
-        if self.prefix_caching:  # _cache_full_blocks and _set_room, for total = num_tokens
-            rid, n_full = req.request_id, total // B
-            done = self._num_registered.get(rid, 0)
-            if n_full > done:
-                hashes = extend_block_hashes(req, n_full, B)
-                cache = self.pool.cache
-                for i in range(done, n_full):
-                    cache(table[i], hashes[i])
-                self._num_registered[rid] = done = n_full
-            hashed_end = (done + 1) * B - 1
-            room = room if room < hashed_end else hashed_end
-        req.slot_room = room
+        if self.prefix_caching:
+            self._cache_full_blocks(req, table, total)
+        self._set_room(req, table)
 
     def _set_room(self, req: Request, table: list[int]) -> None:
         """Record on ``req`` the most tokens ``allocate_slots`` can grant it without a change
