@@ -222,9 +222,8 @@ class DecodeRun:
             # The step's update: every decode computed one token; admitted prompts ran.
             b.s_comp += n
             fin = fins.pop(k, None)
-            finished = None
-            if fin is not None:  # decodes finish first: they come first in scheduling order
-                finished = b.finish(fin, k, t_end, sched)
+            # decodes finish first: they come first in scheduling order
+            finished = b.finish(fin, k, t_end, sched) if fin is not None else None
             if out is None:
                 num_seqs, num_prefill, num_decode = n, 0, n
                 produced = ()
