@@ -12,6 +12,12 @@ Token *content* matters only to the prefix cache, so it is kept symbolically: a 
 tokens are a sequence of segments ``(segment_id, length)``; two requests share a prefix
 exactly when their segment sequences agree on it. The request's own output is segment
 ``-(request_id + 1)``.
+
+The run's requests also say which tokens are their own (``own_from``): from that token on
+(the turn's new user tokens and its answer), no other request holds the same segments until
+this one has finished, and none ever does when no later turn repeats them (``followed``
+False). The paged allocator then hashes those blocks only when the request is freed
+(sim/kv/paged.py). A request made without them (tests, prefill copies) claims nothing.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ class Request:
         "num_output_tokens", "session", "turn", "status", "num_computed_tokens",
         "num_generated", "admitted_s", "first_token_s", "last_token_s", "finish_s", "num_preemptions",
         "num_swaps", "num_cached_tokens", "reject_reason", "block_hashes", "admit_seq",
-        "prefix_len", "slot_room", "client_first_s", "client_last_s",
+        "prefix_len", "slot_room", "client_first_s", "client_last_s", "own_from", "followed",
     )
 
     def __init__(
@@ -78,6 +84,10 @@ class Request:
         # slot_room``, ``allocate_slots`` (no cached tokens, no watermark) would change
         # nothing and succeed, so the scheduler skips the call. 0 when it holds nothing.
         self.slot_room = 0
+        # Set by the session driver (sim/engine/parts.py): the first token of the request's own
+        # segments, and whether a later turn repeats them. None: every token may be shared.
+        self.own_from: int | None = None
+        self.followed = True
 
     @property
     def num_tokens(self) -> int:

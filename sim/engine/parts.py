@@ -208,6 +208,10 @@ class SessionDriver:
         req = Request(len(self.requests), now, segments, max_tokens,
                       max(1, min(spec.output_tokens, max_tokens)), session=session, turn=turn)
         req.prefix_len = session.prefix[1] if session.prefix is not None else 0
+        # The turn's user tokens (a segment id no other turn has) and its answer are its own;
+        # a later turn of the session repeats them.
+        req.own_from = num_prompt - spec.user_tokens
+        req.followed = turn + 1 < len(session.turns)
         self.requests.append(req)
         return req
 

@@ -21,6 +21,11 @@ from __future__ import annotations
 
 from sim.kv.eviction import PlainQueue, PrefixEviction, make_free_queue
 
+#: The hash of a block cached for no one: it counts as cached (an eviction when reused) but
+#: no lookup can find it (``hash`` never returns -1). sim/kv/paged.py's own blocks of a
+#: finished request that no later turn repeats.
+ANON = -1
+
 
 class BlockPool:
     caching = True  # blocks get hashes (a pool without: :class:`PlainBlockPool`)
@@ -32,6 +37,7 @@ class BlockPool:
         self.ref_cnt = [0] * num_blocks
         self.block_hash: list[int | None] = [None] * num_blocks
         self._free = make_free_queue(eviction, num_blocks)
+        self._plain_push = getattr(self._free, "push_plain", None)
         self._cached: dict[int, int] = {}  # hash -> block id
         self.num_cached_free = 0  # free blocks that still carry a hash
         self.num_evictions = 0
@@ -49,17 +55,36 @@ class BlockPool:
         (each still carrying a hash is evicted: one call for a request's new blocks)."""
         # Popping all first is the same: the queue's order does not depend on the hashes.
         blocks = self._free.pop_many(count)
-        block_hash, ref_cnt, cached = self.block_hash, self.ref_cnt, self._cached
-        for block in blocks:
+        block_hash, ref_cnt = self.block_hash, self.ref_cnt
+        if count == 1:  # a decode's new block
+            block = blocks[0]
             h = block_hash[block]
-            if h is not None:  # evicted (the map may point at another block for h by now)
-                self.num_cached_free -= 1
-                self.num_evictions += 1
-                if cached.get(h) == block:
-                    del cached[h]
-                block_hash[block] = None
+            if h is not None:
+                self._evict(blocks, [h])
+            ref_cnt[block] = 1
+            return blocks
+        hashes = [block_hash[b] for b in blocks]
+        if hashes.count(None) < count:
+            self._evict(blocks, hashes)
+        for block in blocks:
             ref_cnt[block] = 1
         return blocks
+
+    def _evict(self, blocks: list[int], hashes: list) -> None:
+        """The popped ``blocks`` drop the ``hashes`` they carried (None: none). Each found in
+        the map under that block leaves it (it may point at another block by now; an
+        ``ANON`` hash is in no map)."""
+        evicted = len(hashes) - hashes.count(None)
+        self.num_cached_free -= evicted
+        self.num_evictions += evicted
+        block_hash = self.block_hash
+        if evicted > hashes.count(ANON):  # some were in the map
+            cached = self._cached
+            for block, h in zip(blocks, hashes):
+                if h is not None and h != ANON and cached.get(h) == block:
+                    del cached[h]
+        for block in blocks:
+            block_hash[block] = None
 
     def get_cached(self, h: int) -> int | None:
         return self._cached.get(h)
@@ -79,19 +104,25 @@ class BlockPool:
             self._cached[h] = block
             self._free.on_cached(block)
 
+    def cache_anon(self, blocks: list[int]) -> None:
+        """``cache`` each of ``blocks`` (all without a hash) under hashes no lookup asks for:
+        only LRU's pool (``on_cached`` does nothing there)."""
+        block_hash = self.block_hash
+        for block in blocks:
+            block_hash[block] = ANON
+
     def release(self, blocks: list[int]) -> None:
         """Drop one reference from each block, in the order given (pass tail first)."""
         ref_cnt, block_hash = self.ref_cnt, self.block_hash
-        freed = []  # (block, cached), pushed in the same order below
         for block in blocks:
-            ref = ref_cnt[block] - 1
-            ref_cnt[block] = ref
-            if ref == 0:
-                cached = block_hash[block] is not None
-                freed.append((block, cached))
-                if cached:
-                    self.num_cached_free += 1
-        self._free.push_many(freed)
+            ref_cnt[block] -= 1
+        freed = [block for block in blocks if not ref_cnt[block]]  # in the same order
+        hashes = [block_hash[block] for block in freed]
+        self.num_cached_free += len(freed) - hashes.count(None)
+        if self._plain_push is not None:  # LRU: the order ignores which are cached
+            self._plain_push(freed)
+        else:
+            self._free.push_many([(block, h is not None) for block, h in zip(freed, hashes)])
 
     def free_order(self) -> list[int]:
         """The free queue, front (next evicted) first. For tests and reports."""

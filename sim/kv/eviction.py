@@ -35,39 +35,88 @@ class PrefixEviction(StrEnum):
 
 
 class LRUQueue:
+    """Blocks in the order they were freed, the least recently freed first: a list and the
+    index of its front, so that taking a request's blocks is one slice and freeing them one
+    ``extend``. A cache hit on a free block (``remove``) leaves its entry in place, counted
+    stale in ``_stale``; a block's stale entries always precede its live one (it is pushed
+    again only after it was removed), so popping skips the first ones it meets."""
+
+    compact_after = 4096  # popped entries dropped from the list's front past this many
+
     def __init__(self, blocks: range) -> None:
-        self._q: OrderedDict[int, None] = OrderedDict.fromkeys(blocks)
+        self._q: list[int] = list(blocks)
+        self._head = 0
+        self._stale: dict[int, int] = {}  # block -> its stale entries in the list
+        self._num_stale = 0
 
     def __len__(self) -> int:
-        return len(self._q)
+        return len(self._q) - self._head - self._num_stale
 
     def __contains__(self, block: int) -> bool:
-        return block in self._q
+        return block in self._live()
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self._q)
+        return iter(self._live())
+
+    def _live(self) -> list[int]:
+        live = self._q[self._head:]
+        if self._num_stale:
+            skip = dict(self._stale)
+            kept = []
+            for block in live:
+                if skip.get(block):
+                    skip[block] -= 1
+                else:
+                    kept.append(block)
+            live = kept
+        return live
 
     def push(self, block: int, cached: bool) -> None:
-        self._q[block] = None
+        self._q.append(block)
 
     def remove(self, block: int) -> None:
-        del self._q[block]
+        self._stale[block] = self._stale.get(block, 0) + 1
+        self._num_stale += 1
 
     def pop(self) -> int:
-        return self._q.popitem(last=False)[0]
+        return self.pop_many(1)[0]
 
     def pop_many(self, count: int) -> list[int]:
         """``count`` pops, in order."""
-        popitem = self._q.popitem
-        if count == 1:  # a decode's new block
-            return [popitem(last=False)[0]]
-        return [popitem(last=False)[0] for _ in range(count)]
+        if count > len(self):
+            raise KeyError("pop from an empty free queue")
+        q, head = self._q, self._head
+        if not self._num_stale:
+            blocks = q[head:head + count]
+            head += count
+        else:
+            stale = self._stale
+            blocks = []
+            while len(blocks) < count:
+                block = q[head]
+                head += 1
+                n = stale.get(block)
+                if n:  # an entry left behind by a cache hit
+                    if n == 1:
+                        del stale[block]
+                    else:
+                        stale[block] = n - 1
+                    self._num_stale -= 1
+                else:
+                    blocks.append(block)
+        if head > self.compact_after and 2 * head > len(q):  # drop the popped front now and then
+            del q[:head]
+            head = 0
+        self._head = head
+        return blocks
 
     def push_many(self, entries: list[tuple[int, bool]]) -> None:
         """``push(block, cached)`` for each entry, in order."""
-        q = self._q
-        for block, _ in entries:
-            q[block] = None
+        self._q.extend([block for block, _ in entries])
+
+    def push_plain(self, blocks: list[int]) -> None:
+        """``push(block, _)`` for each block, in order (LRU's order ignores the hashes)."""
+        self._q.extend(blocks)
 
     def on_cached(self, block: int) -> None:
         pass

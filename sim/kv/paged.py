@@ -5,7 +5,15 @@ only waste is the unfilled tail of its last block. With ``prefix_caching`` (vLLM
 automatic prefix caching), every full block gets a chained hash once its tokens are known;
 a new request reuses the longest run of cached blocks at the start of its prompt, sharing
 them by reference count. Freed blocks keep their hash in the free queue until reused
-(evicted in LRU, LFU or FIFO order: ``eviction.py``). With a token budget
+(evicted in LRU, LFU or FIFO order: ``eviction.py``).
+
+Under LRU a request's *own* blocks (those holding a token from ``Request.own_from`` on: its
+new user tokens and answer) are hashed when it is freed, not as they fill: until then no
+other request holds those tokens, so no lookup could find them, and LRU's queue does not
+depend on when a block got its hash; the results are the same. A finished request that no
+later turn repeats (``followed`` False) marks them cached (``ANON``) without hashing them:
+no lookup ever could. Preempted, the request is hashed in full and claims no own tokens
+after (its hashes are in the cache now). With a token budget
 (``token_budget.py``) a request holds only the blocks of the tokens it keeps, and gives
 back its oldest droppable blocks as it grows.
 """
@@ -20,8 +28,14 @@ from sim.kv.token_budget import TokenBudget, TokenEviction
 from sim.request import Request
 
 
+_NO_OWN_BLOCK = 1 << 62  # past any block index
+
+
 class PagedAllocator:
     block_based = True
+    #: Hash a request's own blocks at ``free`` (LRU only). False: every block as it fills,
+    #: the reference the tests hold the deferred hashing to.
+    defer_own_blocks = True
 
     def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False,
                  eviction: PrefixEviction = PrefixEviction.LRU,
@@ -41,6 +55,9 @@ class PagedAllocator:
         self.num_hit_tokens = 0  # of which served by the cache
         self.num_dropped_blocks = 0  # blocks given back by token-level eviction
         self._num_registered: dict[int, int] = {}  # request_id -> blocks hashed so far
+        # Own blocks hashed at ``free`` (LRU only: FIFO and LFU order blocks by when they were
+        # cached); then a request's blocks from ``own_from // B`` on wait until then.
+        self._defer = prefix_caching and eviction == PrefixEviction.LRU and self.defer_own_blocks
 
     # -- prefix cache ---------------------------------------------------------------------
 
@@ -49,6 +66,9 @@ class PagedAllocator:
             return 0
         B = self.block_size
         max_blocks = (req.num_tokens - 1) // B  # leave >= 1 token to compute
+        own = self._own_block(req)  # nobody has cached it (or any after it)
+        if own < max_blocks:
+            max_blocks = own
         hashes = extend_block_hashes(req, max_blocks, B)
         n = 0
         for h in hashes[:max_blocks]:
@@ -115,6 +135,17 @@ class PagedAllocator:
             self._cache_full_blocks(req, table, total)
         self._set_room(req, table)
 
+    def decode_hashes(self, req: Request) -> bool:
+        """Whether ``req``'s decodes may hash blocks before it is freed (False: each block
+        crossing only takes a block; ``slot_room`` is then its table's slots)."""
+        return self.prefix_caching and self._num_registered.get(req.request_id, 0) < self._own_block(req)
+
+    def _own_block(self, req: Request) -> int:
+        """The first of ``req``'s own blocks, hashed at ``free``; a bound past every block
+        when it has none (or nothing is deferred)."""
+        own = req.own_from
+        return own // self.block_size if self._defer and own is not None else _NO_OWN_BLOCK
+
     def _set_room(self, req: Request, table: list[int]) -> None:
         """Record on ``req`` the most tokens ``allocate_slots`` can grant it without a change
         (``Request.slot_room``): its table's slots, and with prefix caching one token short
@@ -124,8 +155,10 @@ class PagedAllocator:
         B = self.block_size
         room = len(table) * B
         if self.prefix_caching:
-            hashed_end = (self._num_registered.get(req.request_id, 0) + 1) * B - 1
-            room = room if room < hashed_end else hashed_end
+            done = self._num_registered.get(req.request_id, 0)
+            if done < self._own_block(req):  # the next block to fill is hashed when full
+                hashed_end = (done + 1) * B - 1
+                room = room if room < hashed_end else hashed_end
         req.slot_room = room
 
     def _drop_blocks(self, table: list[int], count: int) -> None:
@@ -143,6 +176,9 @@ class PagedAllocator:
     def _cache_full_blocks(self, req: Request, table: list[int], num_tokens: int) -> None:
         """Hash the blocks that will be full once this step has computed ``num_tokens``."""
         n_full = min(num_tokens, req.num_tokens) // self.block_size
+        own = self._own_block(req)
+        if own < n_full:
+            n_full = own  # own blocks: hashed at ``free``
         done = self._num_registered.get(req.request_id, 0)
         if n_full <= done:
             return
@@ -153,10 +189,31 @@ class PagedAllocator:
 
     def free(self, req: Request) -> None:
         table = self.block_tables.pop(req.request_id, None)
-        self._num_registered.pop(req.request_id, None)
+        done = self._num_registered.pop(req.request_id, 0)
         req.slot_room = 0
         if table:
+            if self._own_block(req) != _NO_OWN_BLOCK:
+                self._cache_own_blocks(req, table, done)
             self.pool.release(table[::-1])  # tail first: evicted before the shared prefix
+
+    def _cache_own_blocks(self, req: Request, table: list[int], done: int) -> None:
+        """At ``free``: the hashes its own blocks would have got as they filled (every full,
+        computed block: ``num_computed_tokens`` is the last step's total), in block order.
+        Nothing else can have cached them (the tokens were its own). A finished request no
+        later turn repeats marks them ``ANON`` instead: cached, never found."""
+        B = self.block_size
+        n_full = min(req.num_computed_tokens, req.num_tokens) // B
+        hashed = n_full  # blocks hashed for real; the rest (own blocks only) are ANON
+        if not req.followed and req.num_generated >= req.num_output_tokens:
+            hashed = max(done, min(n_full, self._own_block(req)))
+        if hashed > done:
+            hashes = extend_block_hashes(req, hashed, B)
+            cache = self.pool.cache
+            for i in range(done, hashed):
+                cache(table[i], hashes[i])
+        if n_full > hashed:
+            self.pool.cache_anon(table[hashed:n_full])
+        req.own_from = None  # hashed now: if it comes back, its blocks may be in the cache
 
     # -- accounting -----------------------------------------------------------------------
 

@@ -87,3 +87,29 @@ def test_random_scenarios_give_the_same_results_in_macro_steps(data, profile) ->
         summary.pop("sim_wall_s")
         runs.append((summary, requests_csv(result.requests), result.steps.table().tolist()))
     assert runs[0] == runs[1]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=tiny_scenarios(), profile=st.sampled_from(["eager", "vllm-v1", "sglang"]))
+def test_random_scenarios_same_when_own_blocks_are_hashed_as_they_fill(data, profile) -> None:
+    """Own blocks hashed when their request is freed (sim/kv/paged.py) give the results of
+    hashing every block as it fills, with preemption, swaps, conversations and front ends."""
+    import pytest
+
+    from sim.config.scenario import parse_scenario
+    from sim.engine.metrics import summarize
+    from sim.engine.simulation import Simulation
+    from sim.kv.paged import PagedAllocator
+    from sim.outputs.files import requests_csv
+
+    data = {**data, "engine": {**data["engine"], "profile": profile},
+            "kv": {**data["kv"], "allocator": "paged", "prefix_caching": True}}
+    runs = []
+    for defer in (True, False):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(PagedAllocator, "defer_own_blocks", defer)
+            result = Simulation(parse_scenario(data, "/tmp/kvsim-property/own.yaml")).run()
+        summary = summarize(result)
+        summary.pop("sim_wall_s")
+        runs.append((summary, requests_csv(result.requests), result.steps.table().tolist()))
+    assert runs[0] == runs[1]

@@ -1,0 +1,59 @@
+"""LRU's free queue (a list, its front, and stale entries left by cache hits) keeps exactly
+the order of an ordered map with removal from the middle (vLLM's doubly linked list)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.kv.eviction import LRUQueue
+
+# a program: ("pop", k) takes k blocks; ("free", k) frees the k most recently taken, tail
+# first; ("hit", i) revives the free block at position i of the queue
+STEPS = st.one_of(
+    st.tuples(st.just("pop"), st.integers(1, 40)),
+    st.tuples(st.just("free"), st.integers(1, 40)),
+    st.tuples(st.just("hit"), st.integers(0, 10_000)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(program=st.lists(STEPS, max_size=300), n=st.sampled_from([7, 64, 300]))
+def test_same_order_as_an_ordered_map(program, n) -> None:
+    q, ref = LRUQueue(range(n)), OrderedDict.fromkeys(range(n))
+    q.compact_after = 50  # the list's popped front is dropped in these short programs too
+    taken: list[int] = []
+    hits = 0
+    for op, k in program:
+        if op == "pop":
+            k = min(k, len(ref))
+            got = q.pop_many(k)
+            assert got == [ref.popitem(last=False)[0] for _ in range(k)]
+            taken += got
+        elif op == "free":
+            freed = taken[-k:][::-1]
+            del taken[-k:]
+            q.push_many([(b, True) for b in freed])
+            ref.update(dict.fromkeys(freed))
+        elif ref:
+            block = list(ref)[k % len(ref)]
+            q.remove(block)
+            del ref[block]
+            taken.append(block)  # in use again: it may be freed later
+            hits += 1
+        assert len(q) == len(ref)
+        assert list(q) == list(ref)
+    assert all((b in q) == (b in ref) for b in range(n))
+
+
+def test_a_revived_block_freed_again_keeps_its_new_place() -> None:
+    q = LRUQueue(range(4))
+    q.remove(1)  # a hit: block 1 leaves the queue
+    q.push_plain([1])  # freed again: now at the back
+    q.remove(1)
+    q.push_plain([1])
+    assert list(q) == [0, 2, 3, 1]
+    assert q.pop_many(4) == [0, 2, 3, 1]
+    assert len(q) == 0
