@@ -5,8 +5,8 @@ running when the stretch starts get slots 0..n-1, and a request admitted during 
 next one once its prefill is done, as ``_mark_admitted`` appends it to ``running``. So
 sorting slots sorts requests in scheduling order. Per slot the batch keeps what a step
 changes only by one token (computed and generated tokens, as offsets from the step index
-``k``); a request's own counters (and, without prefix caching, its ``slot_room``) are
-written back when the stretch ends, and a finishing request's when it finishes. Two
+``k``); a request's own counters (and, when every crossing only takes a block, its
+``slot_room``) are written back when the stretch ends, and a finishing request's when it finishes. Two
 schedules say which slots act at which step: the crossings (sim/engine/macro_cross.py:
 ``allocate_slots`` is due) and ``fin`` (its last token).
 
@@ -27,7 +27,7 @@ class DecodeBatch:
         self.alloc = alloc
         self.B = B = alloc.block_size
         self.tables = tables = alloc.block_tables
-        self.plain = plain = not alloc.prefix_caching  # a crossing takes exactly one block (no hashing)
+        self.plain = not alloc.prefix_caching  # no hashes: a crossing evicts nothing (the gauges)
         reqs = self.reqs = list(running)
         cb = self.cb = [r.num_computed_tokens for r in reqs]  # computed tokens at step 0
         gb = self.gb = [r.num_generated for r in reqs]  # at step k: cb + k, gb + k
@@ -38,7 +38,14 @@ class DecodeBatch:
         self.n = len(reqs)
         self.s_held, self.s_comp = sum(helds), sum(cb)
         self.s_minhf = sum([h if h < f else f for h, f in zip(helds, finals)])
-        self.cross = cross = Ring(B) if plain else Buckets()
+        # ``quick``: a slot whose crossings only take a block, every B steps (no prefix
+        # caching, or one that hashes nothing more until freed: sim/kv/paged.py's own blocks).
+        # When all are, the crossings are a ``Ring``; a slot that hashes joins only as the
+        # stretch's last step (``join``).
+        hashes = alloc.decode_hashes
+        self.quick = quick = [not hashes(r) for r in reqs]
+        self.ring = all(quick)
+        self.cross = cross = Ring(B) if self.ring else Buckets()
         for i, r in enumerate(reqs):
             room = r.slot_room - cb[i]
             cross.add(i, room if room > 0 else 0, 0)
@@ -62,7 +69,7 @@ class DecodeBatch:
             return 0
         cb, finals, tbls, B = self.cb, self.finals, self.tbls, self.B
         s_minhf = self.s_minhf
-        if self.plain:  # one block each, one pop for all; the room is written back at the end
+        if self.ring:  # one block each, one pop for all; the room is written back at the end
             for s, block in zip(slots, self.pop_free_many(len(slots))):
                 table = tbls[s]
                 table.append(block)
@@ -72,10 +79,20 @@ class DecodeBatch:
             self.s_held += B * len(slots)
             self.num_free -= len(slots)
         else:
-            reqs, gb, allocate, add = self.reqs, self.gb, self.alloc.decode_slot, self.cross.add
+            reqs, gb, allocate, add, quick = self.reqs, self.gb, self.alloc.decode_slot, self.cross.add, self.quick
             s_held = self.s_held
             for s in slots:
                 r = reqs[s]
+                if quick[s]:  # decode_slot without hashing: one block, room to its end
+                    table = tbls[s]
+                    table += self.pop_free_many(1)
+                    h, f = len(table) * B, finals[s]
+                    s_held += B
+                    if h - B < f:
+                        s_minhf += (h if h < f else f) - (h - B)
+                    r.slot_room = h
+                    add(s, k + B, k + 1)
+                    continue
                 h_old = len(tbls[s]) * B
                 r.num_computed_tokens = cb[s] + k
                 r.num_generated = gb[s] + k
@@ -117,6 +134,10 @@ class DecodeBatch:
             self.gb.append(generated - k - 1)
             self.finals.append(final)
             self.alive.append(True)
+            quick = not self.alloc.decode_hashes(req)
+            self.quick.append(quick)
+            if self.ring and not quick:  # the Ring cannot schedule its hashing: the stretch ends
+                partial = True
             self.n += 1
             room = req.slot_room - computed
             self.cross.add(s, k + 1 + (room if room > 0 else 0), k + 1)
@@ -156,10 +177,10 @@ class DecodeBatch:
 
     def write_back(self, k: int) -> None:
         """Each live request's counters at the start of step ``k`` (the stretch ends)."""
-        plain, B = self.plain, self.B
-        for r, c, g, a, table in zip(self.reqs, self.cb, self.gb, self.alive, self.tbls):
+        ring, B = self.ring, self.B
+        for r, c, g, a, table, quick in zip(self.reqs, self.cb, self.gb, self.alive, self.tbls, self.quick):
             if a:
                 r.num_computed_tokens = c + k
                 r.num_generated = g + k
-                if plain:
+                if ring and quick:
                     r.slot_room = len(table) * B  # _set_room: the table's slots

@@ -3,14 +3,16 @@
 A decode calls the allocator at a step whose new token does not fit its ``slot_room``: a
 *crossing*. Two schedules of crossings, by slot (slots sort in scheduling order):
 
-* :class:`Ring`, without prefix caching: a decode's room is its table's slots, so after its
-  first crossing it crosses every ``block_size`` steps, at the same step modulo the block
-  size. A slot stays in the bucket of its residue for its whole life in the batch, and a
+* :class:`Ring`, when every decode's crossing only takes a block (no prefix caching, or
+  decodes that hash nothing more until freed: sim/kv/paged.py's own blocks): a room is the
+  table's slots, so after its first crossing a decode crosses every ``block_size`` steps, at
+  the same step modulo the block size. A slot stays in the bucket of its residue for its whole life in the batch, and a
   crossing step only reads that bucket (kept sorted: slots join in increasing order). A
   first crossing a block or more ahead waits in ``later`` until its step.
-* :class:`Buckets`, with prefix caching: the room alternates between the end of the table
-  and one token short of the next unhashed block (a hash crossing, then a new block), so
-  each crossing says when the next one is: a dict of step -> slots.
+* :class:`Buckets`, with a decode that hashes its blocks as they fill: its room alternates
+  between the end of the table and one token short of the next unhashed block (a hash
+  crossing, then a new block), so each crossing says when the next one is: a dict of
+  step -> slots.
 
 Both answer ``due(k)`` (the slots crossing at step ``k``, sorted), ``add(s, step, k)`` (slot
 ``s`` next crosses at ``step``; ``k`` is the next step the stretch runs) and ``remove(s, k)``
@@ -23,7 +25,7 @@ import math
 
 
 class Ring:
-    """Crossings without prefix caching: every ``B`` steps from each slot's first."""
+    """Crossings that only take a block: every ``B`` steps from each slot's first."""
 
     periodic = True  # a slot stays scheduled after crossing (``add`` only for its first)
 
@@ -80,7 +82,7 @@ class Ring:
 
 
 class Buckets:
-    """Crossings with prefix caching: each crossing schedules the slot's next."""
+    """Crossings of decodes that hash as they fill: each crossing schedules the slot's next."""
 
     periodic = False
 
