@@ -150,13 +150,19 @@ def cluster_steps_csv_chunks(step_logs, max_rows: int | None = None, chunk: int 
 
 
 def _step_rows(step_log, max_rows: int | None, chunk: int, lead: str) -> Iterator[str]:
+    """The rows, each led by ``lead`` (a replica's ``"i,"``, or nothing), built column by
+    column (each formatted as a list, then the rows zipped and joined)."""
     k = step_log.sample_stride(max_rows)
     chunk = -(-chunk // k) * k  # chunks start on kept steps
     for start in range(0, len(step_log), chunk):
         part = step_log.table(start, start + chunk)[::k]
-        times, counts = part[:, :2].tolist(), part[:, 2:].astype(np.int64).tolist()
-        yield "".join(f"{lead}{t:.6g},{d:.6g}," + ",".join(map(str, c)) + "\n"
-                      for (t, d), c in zip(times, counts))
+        if not len(part):
+            continue
+        cols = [[format(v, ".6g") for v in part[:, j].tolist()] for j in (0, 1)]
+        cols += [list(map(str, col)) for col in part[:, 2:].astype(np.int64).T.tolist()]
+        if lead:
+            cols.insert(0, [lead[:-1]] * len(part))
+        yield "\n".join(map(",".join, zip(*cols))) + "\n"
 
 
 def steps_csv(step_log, max_rows: int | None = None) -> str:
