@@ -58,6 +58,7 @@ import math
 
 from sim.cost.shape import BatchShape
 from sim.engine.macro_batch import DecodeBatch
+from sim.engine.macro_clock import advance_to, stream
 from sim.engine.metrics import StepLog
 from sim.kv.paged import PagedAllocator
 from sim.sched.continuous import ContinuousScheduler
@@ -136,9 +137,7 @@ class DecodeRun:
             if not sched.chunked:
                 return True  # head-of-line: the prompt waits whole
             n = budget
-        B = alloc.block_size
-        need = -(-(req.num_computed_tokens + n) // B)
-        return need > alloc.pool.num_free - -(-sched.watermark_slots // B)
+        return not alloc.fits_fresh(req.num_computed_tokens + n, sched.watermark_slots)
 
     def run(self):
         """A SimPy sub-process: advance a stretch of decode steps if one starts now; returns
@@ -212,7 +211,7 @@ class DecodeRun:
                 allocated, cached_free = alloc.num_allocated_slots(), alloc.num_cached_free_slots()
             if stepwise and straddling:  # on the clock: the router may read or feed this replica meanwhile
                 if durations:
-                    yield from _advance_to(env, t, durations)
+                    yield from advance_to(env, t, durations)
                     durations = []
                 yield env.timeout(d)
                 num_waiting = len(sched.waiting)
@@ -247,7 +246,7 @@ class DecodeRun:
                 doubles += (t_end, t_end - t, 0.0)  # the step's duration as the clock saw it (not d)
                 counts += row
                 if fe is not None:
-                    _stream(fe, t_end, token_s * (n + len(produced)), produced, finished)
+                    stream(fe, t_end, token_s * (n + len(produced)), produced, finished)
             t = t_end
             k += 1
             idle = 0.0
@@ -255,14 +254,14 @@ class DecodeRun:
                 core.steps.append_rows(doubles, counts)
                 doubles, counts, k_flushed = [], [], k
                 if durations:
-                    yield from _advance_to(env, t, durations)
+                    yield from advance_to(env, t, durations)
                     durations = []
                     num_waiting = len(sched.waiting)
                 if after_events:
                     duration, row, produced, finished = pending
                     core.steps.append_rows((t, duration, 0.0), (*row[:4], num_waiting, *row[5:]))
                     if fe is not None:
-                        _stream(fe, t, token_s * (n + len(produced)), produced, finished)
+                        stream(fe, t, token_s * (n + len(produced)), produced, finished)
                 if finished is not None:
                     core.last_end_s = t
                     sim._after_finishing(finished)
@@ -288,33 +287,7 @@ class DecodeRun:
         core.steps.append_rows(doubles, counts)
         b.write_back(k)
         if durations:
-            yield from _advance_to(env, t, durations)
+            yield from advance_to(env, t, durations)
         core.last_end_s = t
         core.idle_before_s = idle0 if k == 1 else 0.0  # as EngineStep.begin sets it for the last step
         return k
-
-
-def _stream(fe, t_end: float, work: float, produced, finished) -> None:
-    """``FrontEnd.stream`` of a step ending at ``t_end`` whose decodes and ``produced``
-    (admitted requests whose prompt is done) sampled a token: the latter's first token and
-    ``finished``'s whole answer reach the client when the front end has done ``work``."""
-    answered = fe._run(t_end, work)
-    for req in produced:
-        if req.client_first_s is None:
-            req.client_first_s = answered
-    if finished is not None:
-        for req in finished:
-            req.client_last_s = answered
-
-
-def _advance_to(env, t: float, durations: list[float]):
-    """Move the SimPy clock to exactly ``t``, the sum of ``durations`` added one by one to
-    ``now``: in one timeout whose delay lands on ``t`` when one exists, else one per step."""
-    delay = t - env.now
-    for _ in range(4):
-        if env.now + delay == t:
-            yield env.timeout(delay)
-            return
-        delay = math.nextafter(delay, math.inf if env.now + delay < t else -math.inf)
-    for d in durations:  # no delay rounds to t: the same additions as step by step
-        yield env.timeout(d)

@@ -122,6 +122,12 @@ class PagedAllocator:
             self._set_room(req, table)
         return True
 
+    def fits_fresh(self, num_tokens: int, keep_free_slots: int = 0) -> bool:
+        """Whether ``allocate_slots`` would find blocks for the first ``num_tokens`` tokens of a
+        request that holds none, with no cache hits and no token budget (its free-block test)."""
+        B = self.block_size
+        return -(-num_tokens // B) <= self.pool.num_free - -(-keep_free_slots // B)
+
     def decode_slot(self, req: Request) -> None:
         """``allocate_slots(req, 1)`` for a decode (``num_computed_tokens = num_tokens - 1``)
         that does not fit its ``slot_room``, with no token budget and the free block it may

@@ -1,0 +1,32 @@
+"""A macro-step stretch's clock and front end (sim/engine/macro.py): moving the SimPy clock
+to the end of steps advanced off it, and streaming a step's tokens through the front end."""
+
+from __future__ import annotations
+
+import math
+
+
+def stream(fe, t_end: float, work: float, produced, finished) -> None:
+    """``FrontEnd.stream`` of a step ending at ``t_end`` whose decodes and ``produced``
+    (admitted requests whose prompt is done) sampled a token: the latter's first token and
+    ``finished``'s whole answer reach the client when the front end has done ``work``."""
+    answered = fe._run(t_end, work)
+    for req in produced:
+        if req.client_first_s is None:
+            req.client_first_s = answered
+    if finished is not None:
+        for req in finished:
+            req.client_last_s = answered
+
+
+def advance_to(env, t: float, durations: list[float]):
+    """Move the SimPy clock to exactly ``t``, the sum of ``durations`` added one by one to
+    ``now``: in one timeout whose delay lands on ``t`` when one exists, else one per step."""
+    delay = t - env.now
+    for _ in range(4):
+        if env.now + delay == t:
+            yield env.timeout(delay)
+            return
+        delay = math.nextafter(delay, math.inf if env.now + delay < t else -math.inf)
+    for d in durations:  # no delay rounds to t: the same additions as step by step
+        yield env.timeout(d)
