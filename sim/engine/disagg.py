@@ -51,10 +51,11 @@ from sim.request import Request
 class HandoffStep(EngineStep):
     """A pool replica's engine step that tells the hand-off what each step did."""
 
-    def __init__(self, core: EngineStep, on_begin, on_end) -> None:
+    def __init__(self, core: EngineStep, on_begin, on_end, on_freed=None) -> None:
         super().__init__(core.scheduler, core.allocator, core.driver, core.steps, core.runner,
                          core.clock, core.hook)
         self._on_begin, self._on_end = on_begin, on_end
+        self._on_freed = on_freed  # after a macro-step stretch's finishing step (decode pools)
 
     def begin(self) -> Step:
         step = super().begin()
@@ -67,6 +68,12 @@ class HandoffStep(EngineStep):
         if step.ran:
             self._on_end(step, end_s)
         return after
+
+    def after_stretch_finish(self, end_s: float) -> None:
+        # A decode pool's stretch frees blocks only at its finishing step (it ends there):
+        # hand-offs waiting for blocks are served then, as ``end`` serves them after a step.
+        if self._on_freed is not None:
+            self._on_freed()
 
 
 @dataclass(slots=True, eq=False)
@@ -113,7 +120,8 @@ class Disaggregation:
             r.core = HandoffStep(r.core, self._prefill_begin if sizing.layer_wise else None, self._prefill_end)
             r.on_rejected = self._copy_rejected
         for r in decode:  # after each of its steps (requests finished, blocks freed): admissions waiting
-            r.core = HandoffStep(r.core, None, lambda _step, _end_s, r=r: self._serve_pending(r))
+            r.core = HandoffStep(r.core, None, lambda _step, _end_s, r=r: self._serve_pending(r),
+                                 lambda r=r: self._serve_pending(r))
 
     # -- arrival --------------------------------------------------------------------------
 

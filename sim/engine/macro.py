@@ -264,6 +264,7 @@ class DecodeRun:
                         stream(fe, t, token_s * (n + len(produced)), produced, finished)
                 if finished is not None:
                     core.last_end_s = t
+                    core.after_stretch_finish(t)  # (a decode pool serves waiting hand-offs)
                     sim._after_finishing(finished)
                     if sim.progress is not None:
                         sim.progress(env.now, len(sched.finished) + len(sched.rejected), len(sim.requests))

@@ -151,6 +151,11 @@ class EngineStep:
             return _NOTHING_TO_DO
         return StepEnd(follow_ups=self.follow_ups(finished), finished=finished)
 
+    def after_stretch_finish(self, end_s: float) -> None:
+        """A macro-step stretch's step (sim/engine/macro.py) ending at ``end_s`` finished
+        requests and freed their blocks: what ``end`` does after such a step beyond the
+        scheduler's update, the step log and the follow-up turns. Nothing here."""
+
     def follow_ups(self, finished: list[Request]) -> list:
         """(session, turn, think time) of the next turn of each finished request that has one."""
         return [f for f in map(self.driver.next_turn, finished) if f is not None]

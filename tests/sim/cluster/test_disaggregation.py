@@ -114,6 +114,35 @@ def test_macro_steps_change_nothing_with_disaggregation(busy) -> None:
     assert s == s0
 
 
+#: Found by random clusters: one prefill and one decode replica, a pool the landed requests
+#: fill (max_num_seqs 1 on the prefill side). A decode pool's stretch of decodes ends at its
+#: first finishing step; the hand-offs waiting for its freed blocks must be served then, as
+#: after a step taken alone. They were not: the last request waited for ever.
+WAITING_HANDOFFS = {
+    "seed": 0, "model": "tiny-llama", "gpu": "a100-80gb",
+    "engine": {"max_model_len": 128, "num_gpu_blocks_override": 128, "profile": "eager"},
+    "kv": {"allocator": "paged", "block_size": 1, "prefix_caching": False, "swap_space_gb": 0.0},
+    "scheduler": {"policy": "continuous", "preemption": "recompute", "max_num_seqs": 1},
+    "workload": {"num_requests": 5, "arrival": {"type": "poisson", "rate": 50.0},
+                 "prompt_tokens": {"type": "uniform", "low": 1, "high": 26},
+                 "output_tokens": {"type": "uniform", "low": 1, "high": 28}},
+    "cluster": {"num_replicas": 2, "router": "round-robin", "disaggregation": {
+        "prefill_replicas": 1, "decode_replicas": 1,
+        "kv_transfer": {"bandwidth_gbps": 100, "latency_s": 0.0005, "granularity": "block"}}},
+}
+
+
+def test_a_decode_pools_stretch_serves_waiting_handoffs_when_it_frees_blocks() -> None:
+    from sim.config.scenario import parse_scenario
+    from sim.outputs.files import requests_csv
+
+    sc = parse_scenario(WAITING_HANDOFFS, "/tmp/kvsim-disagg/waiting.yaml")
+    fast, slow = _run(sc, macro=True), _run(sc, macro=False)
+    assert fast[2]["requests"]["completed"] == fast[2]["requests"]["arrived"] == 5
+    assert requests_csv(fast[1].requests) == requests_csv(slow[1].requests)
+    assert fast[2]["cluster"]["disaggregation"] == slow[2]["cluster"]["disaggregation"]
+
+
 #: One request alone: the transfer's arithmetic can be checked exactly.
 def _one(link: dict, n: int = 1, rate: float = 1.0, **cluster):
     return scenario(cluster=_disagg(link=link, **cluster), engine={"max_model_len": 4096},
