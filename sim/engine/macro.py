@@ -41,7 +41,8 @@ depends on who can see the engine between its steps:
   every step runs on the clock. Otherwise it goes on as a lone engine does.
 * **A disaggregated pool's replica** (neither): the stretch ends strictly before the next
   event and with the first step in which requests finish; no request is admitted in it
-  (waiting requests must stay waiting: ``DecodeRun._waiting_stays``).
+  (waiting requests must stay waiting: ``DecodeRun._waiting_stays``). After that step the
+  decode pool serves hand-offs waiting for blocks (``EngineStep.after_stretch_finish``).
 
 A stretch ends before a step whose crossings could exhaust the free blocks (an allocation
 might preempt: the normal path decides), whose waiting requests the admission pass could
