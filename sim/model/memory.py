@@ -305,7 +305,7 @@ def check_fits_one_sequence(plan: MemoryPlan, max_model_len: int, source: str = 
         raise ConfigError(source, "max_model_len", (
             f"one sequence of {max_model_len} tokens needs {needed} KV blocks"
             f" ({_gib(needed * plan.bytes_per_block)}) but the pool has {plan.num_gpu_blocks}"
-            f" ({_gib(plan.kv_pool_bytes)}); set max_model_len <= {plan.pool_tokens}"
+            f" ({_gib(plan.num_gpu_blocks * plan.bytes_per_block)}); set max_model_len <= {plan.pool_tokens}"
             f" or free memory (gpu_memory_utilization, a smaller model or KV dtype)"))
 
 

@@ -95,6 +95,9 @@ def test_fits_one_sequence_is_a_separate_check() -> None:
         check_fits_one_sequence(plan, 177, "s.yaml")
     assert err.value.key == "max_model_len" and "needs 12 KV blocks" in err.value.message
     assert "max_model_len <= 176" in err.value.message
+    # the pool's size is its blocks' (an override's 11 blocks), not the memory budget's
+    pool = f"the pool has 11 ({11 * plan.bytes_per_block / 2**30:.2f} GiB)"
+    assert pool in err.value.message and plan.kv_pool_bytes > 11 * plan.bytes_per_block
 
 
 def test_sliding_window_needs_only_the_window() -> None:
