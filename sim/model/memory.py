@@ -203,6 +203,9 @@ def default_runtime_overhead_bytes(tensor_parallel_size: int = 1, engine_profile
 
 
 def _gib(x: float) -> str:
+    """Bytes for a message: GiB with two decimals, MiB below 0.01 GiB (a tiny model's blocks)."""
+    if abs(x) < 0.01 * GIB:
+        return f"{x / 2**20:.2f} MiB"
     return f"{x / GIB:.2f} GiB"
 
 

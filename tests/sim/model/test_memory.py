@@ -96,7 +96,7 @@ def test_fits_one_sequence_is_a_separate_check() -> None:
     assert err.value.key == "max_model_len" and "needs 12 KV blocks" in err.value.message
     assert "max_model_len <= 176" in err.value.message
     # the pool's size is its blocks' (an override's 11 blocks), not the memory budget's
-    pool = f"the pool has 11 ({11 * plan.bytes_per_block / 2**30:.2f} GiB)"
+    pool = f"the pool has 11 ({11 * plan.bytes_per_block / 2**20:.2f} MiB)"  # tiny: MiB, not "0.00 GiB"
     assert pool in err.value.message and plan.kv_pool_bytes > 11 * plan.bytes_per_block
 
 
