@@ -79,6 +79,8 @@ def serve(parts: EngineParts, runner, *, clock: Callable[[], float] | None = Non
     while pending or core.has_work():
         admit(clock())
         if not core.has_work():
+            if not pending:
+                break  # the last arrivals were rejected: nothing is left to serve
             sleep(max(0.0, pending[0][0] - clock()))
             continue
         step = core.begin()

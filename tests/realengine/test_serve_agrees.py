@@ -36,6 +36,16 @@ CASES = {
     "multi-turn, prefix cache, chunked prefill": (
         "shared-prompt-cache.yaml", ["workload.num_requests=150"]),
     "contiguous allocator": ("seed-prealloc.yaml", []),
+    # every follow-up turn is longer than max_model_len: rejected as it arrives, the last
+    # one when nothing else is left to serve (the serving loop once failed there)
+    "last arrivals rejected": ({
+        "name": "rejected-turns", "seed": 2, "model": "tiny-llama", "gpu": "a100-80gb",
+        "engine": {"profile": "eager", "max_model_len": 64, "num_gpu_blocks_override": 24},
+        "kv": {"allocator": "paged", "block_size": 16},
+        "workload": {"num_requests": 3, "arrival": {"type": "constant", "rate": 1.0},
+                     "prompt_tokens": {"type": "fixed", "value": 40},
+                     "output_tokens": {"type": "fixed", "value": 10},
+                     "conversation": {"turns": {"type": "fixed", "value": 2}, "think_time_s": 0.0}}}, []),
 }
 
 
@@ -118,6 +128,8 @@ def test_simulation_and_real_engine_loop_decide_alike(case):
             assert got[2:] == want[2:]
     if case == "swap-only batches":
         assert sum(entry[0] == "swap-out" for entry in sim_log.log) >= 2
+    if case == "last arrivals rejected":
+        assert sum(r.reject_reason == "prompt_too_long" for r in served.requests) == 3
     if case == "static batching":
         assert any(entry[1][4] for entry in sim_log.log if entry[0] == "run")  # padding rows ran
 
