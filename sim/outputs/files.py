@@ -149,6 +149,10 @@ def cluster_steps_csv_chunks(step_logs, max_rows: int | None = None, chunk: int 
         yield from _step_rows(log, share, chunk, f"{i},")
 
 
+#: ``str(i)`` for the small counts most steps.csv columns hold.
+_SMALL_INTS = [str(i) for i in range(1 << 14)]
+
+
 def _step_rows(step_log, max_rows: int | None, chunk: int, lead: str) -> Iterator[str]:
     """The rows, each led by ``lead`` (a replica's ``"i,"``, or nothing), built column by
     column (each formatted as a list, then the rows zipped and joined)."""
@@ -159,7 +163,12 @@ def _step_rows(step_log, max_rows: int | None, chunk: int, lead: str) -> Iterato
         if not len(part):
             continue
         cols = [[format(v, ".6g") for v in part[:, j].tolist()] for j in (0, 1)]
-        cols += [list(map(str, col)) for col in part[:, 2:].astype(np.int64).T.tolist()]
+        counts = part[:, 2:].astype(np.int64)
+        low, high = counts.min(axis=0).tolist(), counts.max(axis=0).tolist()
+        for col, lo, hi in zip(counts.T.tolist(), low, high):
+            # most counts are small: their strings are looked up, not made (6x faster)
+            cols.append(list(map(_SMALL_INTS.__getitem__, col) if lo >= 0 and hi < len(_SMALL_INTS)
+                             else map(str, col)))
         if lead:
             cols.insert(0, [lead[:-1]] * len(part))
         yield "\n".join(map(",".join, zip(*cols))) + "\n"
