@@ -105,11 +105,13 @@ class BlockPool:
             self._free.on_cached(block)
 
     def cache_anon(self, blocks: list[int]) -> None:
-        """``cache`` each of ``blocks`` (all without a hash) under hashes no lookup asks for:
-        only LRU's pool (``on_cached`` does nothing there)."""
+        """``cache`` each of ``blocks`` (all without a hash) under hashes no lookup asks for."""
         block_hash = self.block_hash
         for block in blocks:
             block_hash[block] = ANON
+        if self._plain_push is None:  # a queue that keeps cached blocks apart (LFU)
+            for block in blocks:
+                self._free.on_cached(block)
 
     def release(self, blocks: list[int]) -> None:
         """Drop one reference from each block, in the order given (pass tail first)."""

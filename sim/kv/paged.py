@@ -7,13 +7,15 @@ a new request reuses the longest run of cached blocks at the start of its prompt
 them by reference count. Freed blocks keep their hash in the free queue until reused
 (evicted in LRU, LFU or FIFO order: ``eviction.py``).
 
-Under LRU a request's *own* blocks (those holding a token from ``Request.own_from`` on: its
-new user tokens and answer) are hashed when it is freed, not as they fill: until then no
-other request holds those tokens, so no lookup could find them, and LRU's queue does not
-depend on when a block got its hash; the results are the same. A finished request that no
-later turn repeats (``followed`` False) marks them cached (``ANON``) without hashing them:
-no lookup ever could. Preempted, the request is hashed in full and claims no own tokens
-after (its hashes are in the cache now). With a token budget
+Under LRU and LFU a request's *own* blocks (those holding a token from ``Request.own_from``
+on: its new user tokens and answer) are hashed when it is freed, not as they fill: until
+then no other request holds those tokens, so no lookup could find them, and neither queue
+depends on when a block got its hash (LFU orders by hits, none possible meanwhile, then by
+when it was freed); the results are the same. FIFO, which orders blocks by when they were
+cached, hashes them as they fill. A finished request that no later turn repeats
+(``followed`` False) marks them cached (``ANON``) without hashing them: no lookup ever
+could. Preempted, the request is hashed in full and claims no own tokens after (its
+hashes are in the cache now). With a token budget
 (``token_budget.py``) a request holds only the blocks of the tokens it keeps, and gives
 back its oldest droppable blocks as it grows.
 """
@@ -55,9 +57,10 @@ class PagedAllocator:
         self.num_hit_tokens = 0  # of which served by the cache
         self.num_dropped_blocks = 0  # blocks given back by token-level eviction
         self._num_registered: dict[int, int] = {}  # request_id -> blocks hashed so far
-        # Own blocks hashed at ``free`` (LRU only: FIFO and LFU order blocks by when they were
+        # Own blocks hashed at ``free`` (LRU and LFU; FIFO orders blocks by when they were
         # cached); then a request's blocks from ``own_from // B`` on wait until then.
-        self._defer = prefix_caching and eviction == PrefixEviction.LRU and self.defer_own_blocks
+        self._defer = (prefix_caching and eviction in (PrefixEviction.LRU, PrefixEviction.LFU)
+                       and self.defer_own_blocks)
 
     # -- prefix cache ---------------------------------------------------------------------
 

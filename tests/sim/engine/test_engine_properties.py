@@ -104,10 +104,12 @@ def test_random_scenarios_give_the_same_results_in_macro_steps(data, profile) ->
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=tiny_scenarios(), profile=st.sampled_from(["eager", "vllm-v1", "sglang"]))
-def test_random_scenarios_same_when_own_blocks_are_hashed_as_they_fill(data, profile) -> None:
+@given(data=tiny_scenarios(), profile=st.sampled_from(["eager", "vllm-v1", "sglang"]),
+       eviction=st.sampled_from(["lru", "lfu", "fifo"]))
+def test_random_scenarios_same_when_own_blocks_are_hashed_as_they_fill(data, profile, eviction) -> None:
     """Own blocks hashed when their request is freed (sim/kv/paged.py) give the results of
-    hashing every block as it fills, with preemption, swaps, conversations and front ends."""
+    hashing every block as it fills, with preemption, swaps, conversations, front ends and
+    every eviction policy."""
     import pytest
 
     from sim.config.scenario import parse_scenario
@@ -117,7 +119,7 @@ def test_random_scenarios_same_when_own_blocks_are_hashed_as_they_fill(data, pro
     from sim.outputs.files import requests_csv
 
     data = {**data, "engine": {**data["engine"], "profile": profile},
-            "kv": {**data["kv"], "allocator": "paged", "prefix_caching": True}}
+            "kv": {**data["kv"], "allocator": "paged", "prefix_caching": True, "prefix_cache_eviction": eviction}}
     runs = []
     for defer in (True, False):
         with pytest.MonkeyPatch.context() as mp:

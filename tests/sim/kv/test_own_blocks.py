@@ -1,7 +1,7 @@
 """A request's own blocks, hashed when it is freed, give the same cache as hashing them as
-they fill (sim/kv/paged.py, ``Request.own_from``).
+they fill (sim/kv/paged.py, ``Request.own_from``), under LRU and LFU eviction.
 
-Two LRU allocators run the same random program of conversations in lockstep: turns with
+Two allocators run the same random program of conversations in lockstep: turns with
 and without a shared system prompt, follow-up turns that repeat the previous turn and its
 answer, prefill chunks, decodes, recompute and swap-style frees with readmission, and
 finishes. One allocator's requests say which tokens are their own, as the session driver
@@ -43,9 +43,10 @@ class Pair:
         return (self.own, self.ref)
 
 
-def _program(seed: int, num_blocks: int = 20, steps: int = 250) -> dict:
+def _program(seed: int, policy: PrefixEviction = PrefixEviction.LRU, num_blocks: int = 20,
+             steps: int = 250) -> dict:
     rng = random.Random(seed)
-    allocs = (PagedAllocator(num_blocks, B, True), PagedAllocator(num_blocks, B, True))
+    allocs = (PagedAllocator(num_blocks, B, True, eviction=policy), PagedAllocator(num_blocks, B, True, eviction=policy))
     waiting: list[tuple[Pair, int]] = []  # (request, turns left after it)
     running: list[tuple[Pair, int]] = []
     next_id, next_seg = 0, 100
@@ -120,23 +121,25 @@ def _program(seed: int, num_blocks: int = 20, steps: int = 250) -> dict:
     return seen
 
 
+@pytest.mark.parametrize("policy", [PrefixEviction.LRU, PrefixEviction.LFU])
 @pytest.mark.parametrize("seed", range(12))
-def test_own_blocks_hashed_at_free_give_the_same_cache(seed: int) -> None:
-    seen = _program(seed)
+def test_own_blocks_hashed_at_free_give_the_same_cache(seed: int, policy: PrefixEviction) -> None:
+    seen = _program(seed, policy)
     assert seen["finished"] > 0 and seen["preempted"] > 0
 
 
-def test_the_program_exercises_every_case() -> None:
+@pytest.mark.parametrize("policy", [PrefixEviction.LRU, PrefixEviction.LFU])
+def test_the_program_exercises_every_case(policy: PrefixEviction) -> None:
     """Across the seeds: cache hits, preemptions, and blocks marked cached for no one."""
-    totals = [_program(seed) for seed in range(12)]
+    totals = [_program(seed, policy) for seed in range(12)]
     assert sum(t["hits"] for t in totals) > 0
     assert sum(t["anon"] for t in totals) > 0
     assert sum(t["preempted"] for t in totals) > 0
 
 
-def test_fifo_and_lfu_hash_every_block_as_it_fills() -> None:
-    """Their queues order cached blocks by when they were cached: nothing is deferred."""
-    for policy in (PrefixEviction.FIFO, PrefixEviction.LFU):
+def test_fifo_hashes_every_block_as_it_fills() -> None:
+    """Its queue orders cached blocks by when they were cached: nothing is deferred."""
+    for policy in (PrefixEviction.FIFO,):
         alloc = PagedAllocator(16, B, True, eviction=policy)
         req = Request(0, 0.0, ((100, 12),), 40, 5)
         req.own_from, req.followed = 0, False
