@@ -125,23 +125,23 @@ class LRUQueue:
         pass
 
 
-class _KeyedQueue:
-    """Uncached free blocks first (in freeing order), then cached ones by ``_key``.
+class FIFOQueue:
+    """Uncached free blocks first (in freeing order), then cached ones in the order they
+    entered the cache (``on_cached``), however often they were hit since; a cached block that
+    never was (none here) by when it was freed.
 
-    Cached entries live in a heap with lazy deletion: ``_live[block]`` is the entry that
-    counts; stale heap entries are skipped when popped.
-    """
+    Cached blocks wait in a heap of their keys (ints from one clock, so a key names one
+    block: ``_owner``), with lazy deletion: ``_live[block]`` is the key that counts, and a
+    popped key that is not is skipped. The same order as a heap of (key, block) tuples,
+    with int comparisons."""
 
     def __init__(self, blocks: range) -> None:
         self._plain: OrderedDict[int, None] = OrderedDict.fromkeys(blocks)
-        self._heap: list[tuple] = []
-        self._live: dict[int, tuple] = {}
-        self._clock = 0  # counts pushes: "freed when"
+        self._heap: list[int] = []
+        self._live: dict[int, int] = {}  # free cached block -> its key
+        self._owner: dict[int, int] = {}  # key -> block
+        self._clock = 0  # counts pushes and hashes: "freed when", "cached when"
         self._cached_seq: dict[int, int] = {}
-        self._hits: dict[int, int] = {}
-
-    def _key(self, block: int, freed: int) -> tuple:  # pragma: no cover - abstract
-        raise NotImplementedError
 
     def __len__(self) -> int:
         return len(self._plain) + len(self._live)
@@ -151,33 +151,35 @@ class _KeyedQueue:
 
     def __iter__(self) -> Iterator[int]:
         yield from self._plain
-        yield from (entry[-1] for entry in sorted(self._live.values()))
+        yield from (block for _, block in sorted((key, block) for block, key in self._live.items()))
 
     def push(self, block: int, cached: bool) -> None:
         self._clock += 1
         if not cached:
             self._plain[block] = None
             return
-        entry = (*self._key(block, self._clock), block)
-        self._live[block] = entry
-        heapq.heappush(self._heap, entry)
+        key = self._cached_seq.get(block, self._clock)
+        self._live[block] = key
+        self._owner[key] = block
+        heapq.heappush(self._heap, key)
 
     def remove(self, block: int) -> None:
         if block in self._plain:
             del self._plain[block]
         else:
-            del self._live[block]  # its heap entry goes stale
+            del self._live[block]  # its key in the heap goes stale
 
     def pop(self) -> int:
         if self._plain:
             return self._plain.popitem(last=False)[0]
+        heap, live, owner = self._heap, self._live, self._owner
         while True:
-            entry = heapq.heappop(self._heap)
-            block = entry[-1]
-            if self._live.get(block) == entry:
-                del self._live[block]
+            key = heapq.heappop(heap)
+            block = owner.get(key)
+            if block is not None and live.get(block) == key:
+                del live[block]
+                del owner[key]
                 self._cached_seq.pop(block, None)  # its content is about to be replaced
-                self._hits.pop(block, None)
                 return block
 
     def pop_many(self, count: int) -> list[int]:
@@ -190,15 +192,9 @@ class _KeyedQueue:
     def on_cached(self, block: int) -> None:
         self._clock += 1
         self._cached_seq[block] = self._clock
-        self._hits[block] = 0
 
     def on_hit(self, block: int) -> None:
-        self._hits[block] = self._hits.get(block, 0) + 1
-
-
-class FIFOQueue(_KeyedQueue):
-    def _key(self, block: int, freed: int) -> tuple:
-        return (self._cached_seq.get(block, freed),)
+        pass
 
 
 class LFUQueue:

@@ -1,20 +1,15 @@
-"""LFU's free queue (one FIFO per hit count) keeps exactly the order of a heap keyed by
-(hits, when freed), the form it replaced: random programs of frees (cached or not), pops,
-cache hits on free blocks, hits on blocks in use and new hashes."""
+"""FIFO's and LFU's free queues keep exactly the order of the heaps of (key, block) tuples
+they replaced (heap_queues.py): FIFO a heap of int keys, LFU one FIFO per hit count. Random
+programs of frees (cached or not), pops, cache hits on free blocks, hits on blocks in use
+and new hashes."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.kv.eviction import LFUQueue, _KeyedQueue
-
-
-class HeapLFU(_KeyedQueue):
-    """The reference: a heap of (hits, freed, block) with stale entries skipped."""
-
-    def _key(self, block: int, freed: int) -> tuple:
-        return (self._hits.get(block, 0), freed)
+from heap_queues import HeapFIFO, HeapLFU
+from sim.kv.eviction import FIFOQueue, LFUQueue
 
 
 STEPS = st.one_of(
@@ -27,9 +22,10 @@ STEPS = st.one_of(
 
 
 @settings(max_examples=300, deadline=None)
-@given(program=st.lists(STEPS, max_size=250), n=st.sampled_from([5, 40]))
-def test_same_order_as_the_heap(program, n) -> None:
-    q, ref = LFUQueue(range(n)), HeapLFU(range(n))
+@given(program=st.lists(STEPS, max_size=250), n=st.sampled_from([5, 40]),
+       kind=st.sampled_from([(FIFOQueue, HeapFIFO), (LFUQueue, HeapLFU)]))
+def test_same_order_as_the_heap(program, n, kind) -> None:
+    q, ref = kind[0](range(n)), kind[1](range(n))
     taken: list[int] = []  # in use, most recently taken last
     cached: set[int] = set()  # blocks with a hash (in use or free)
     revived = 0
@@ -84,3 +80,17 @@ def test_a_revived_block_freed_again_is_not_popped_at_its_old_place() -> None:
     q.push(1, True)  # freed again: behind every block with no hit
     assert list(q) == [0, 2, 1]
     assert q.pop_many(3) == [0, 2, 1]
+
+
+def test_fifo_pops_cached_blocks_in_the_order_they_were_cached() -> None:
+    """However often hit, and whenever freed; a block revived and freed again keeps its place."""
+    q = FIFOQueue(range(3))
+    assert q.pop_many(3) == [0, 1, 2]
+    for block in (2, 0, 1):  # cached in this order
+        q.on_cached(block)
+    q.push_many([(1, True), (0, True), (2, True)])
+    q.remove(0)  # a hit: in use again
+    q.on_hit(0)
+    q.push(0, True)  # freed again: still second
+    assert list(q) == [2, 0, 1]
+    assert q.pop_many(3) == [2, 0, 1]
