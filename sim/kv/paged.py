@@ -69,9 +69,10 @@ class PagedAllocator:
             return 0
         B = self.block_size
         max_blocks = (req.num_tokens - 1) // B  # leave >= 1 token to compute
-        own = self._own_block(req)  # nobody has cached it (or any after it)
-        if own < max_blocks:
-            max_blocks = own
+        if self._defer:
+            own = self._own_block(req)  # nobody has cached it (or any after it)
+            if own < max_blocks:
+                max_blocks = own
         hashes = extend_block_hashes(req, max_blocks, B)
         n = 0
         for h in hashes[:max_blocks]:
@@ -165,7 +166,7 @@ class PagedAllocator:
         room = len(table) * B
         if self.prefix_caching:
             done = self._num_registered.get(req.request_id, 0)
-            if done < self._own_block(req):  # the next block to fill is hashed when full
+            if not self._defer or done < self._own_block(req):  # the next block is hashed when full
                 hashed_end = (done + 1) * B - 1
                 room = room if room < hashed_end else hashed_end
         req.slot_room = room
@@ -185,9 +186,10 @@ class PagedAllocator:
     def _cache_full_blocks(self, req: Request, table: list[int], num_tokens: int) -> None:
         """Hash the blocks that will be full once this step has computed ``num_tokens``."""
         n_full = min(num_tokens, req.num_tokens) // self.block_size
-        own = self._own_block(req)
-        if own < n_full:
-            n_full = own  # own blocks: hashed at ``free``
+        if self._defer:
+            own = self._own_block(req)
+            if own < n_full:
+                n_full = own  # own blocks: hashed at ``free``
         done = self._num_registered.get(req.request_id, 0)
         if n_full <= done:
             return
@@ -201,7 +203,7 @@ class PagedAllocator:
         done = self._num_registered.pop(req.request_id, 0)
         req.slot_room = 0
         if table:
-            if self._own_block(req) != _NO_OWN_BLOCK:
+            if self._defer and req.own_from is not None:
                 self._cache_own_blocks(req, table, done)
             self.pool.release(table[::-1])  # tail first: evicted before the shared prefix
 
