@@ -16,7 +16,44 @@ from collections import OrderedDict, deque
 from typing import Iterator
 
 
-class FIFOQueue:
+class _CachedApart:
+    """What both queues share: ``_plain`` (uncached free blocks, in freeing order) and
+    ``_live`` (each free cached block's key; entries elsewhere that are not it are stale)."""
+
+    _plain: OrderedDict
+    _live: dict
+
+    def __len__(self) -> int:
+        return len(self._plain) + len(self._live)
+
+    def __contains__(self, block: int) -> bool:
+        return block in self._plain or block in self._live
+
+    def __iter__(self) -> Iterator[int]:
+        yield from self._plain
+        yield from (block for _, block in sorted((key, block) for block, key in self._live.items()))
+
+    def remove(self, block: int) -> None:
+        if block in self._plain:
+            del self._plain[block]
+        else:
+            del self._live[block]  # its entry goes stale: skipped when reached
+
+    def pop_many(self, count: int) -> list[int]:
+        return [self.pop() for _ in range(count)]
+
+    def push_many(self, entries: list[tuple[int, bool]]) -> None:
+        for block, cached in entries:
+            self.push(block, cached)
+
+    def pop(self) -> int:  # pragma: no cover - each queue's own
+        raise NotImplementedError
+
+    def push(self, block: int, cached: bool) -> None:  # pragma: no cover - each queue's own
+        raise NotImplementedError
+
+
+class FIFOQueue(_CachedApart):
     """Uncached free blocks first (in freeing order), then cached ones in the order they
     entered the cache (``on_cached``), however often they were hit since; a cached block that
     never was (none here) by when it was freed.
@@ -34,16 +71,6 @@ class FIFOQueue:
         self._clock = 0  # counts pushes and hashes: "freed when", "cached when"
         self._cached_seq: dict[int, int] = {}
 
-    def __len__(self) -> int:
-        return len(self._plain) + len(self._live)
-
-    def __contains__(self, block: int) -> bool:
-        return block in self._plain or block in self._live
-
-    def __iter__(self) -> Iterator[int]:
-        yield from self._plain
-        yield from (block for _, block in sorted((key, block) for block, key in self._live.items()))
-
     def push(self, block: int, cached: bool) -> None:
         self._clock += 1
         if not cached:
@@ -53,12 +80,6 @@ class FIFOQueue:
         self._live[block] = key
         self._owner[key] = block
         heapq.heappush(self._heap, key)
-
-    def remove(self, block: int) -> None:
-        if block in self._plain:
-            del self._plain[block]
-        else:
-            del self._live[block]  # its key in the heap goes stale
 
     def pop(self) -> int:
         if self._plain:
@@ -73,13 +94,6 @@ class FIFOQueue:
                 self._cached_seq.pop(block, None)  # its content is about to be replaced
                 return block
 
-    def pop_many(self, count: int) -> list[int]:
-        return [self.pop() for _ in range(count)]
-
-    def push_many(self, entries: list[tuple[int, bool]]) -> None:
-        for block, cached in entries:
-            self.push(block, cached)
-
     def on_cached(self, block: int) -> None:
         self._clock += 1
         self._cached_seq[block] = self._clock
@@ -88,7 +102,7 @@ class FIFOQueue:
         pass
 
 
-class LFUQueue:
+class LFUQueue(_CachedApart):
     """Uncached free blocks first (in freeing order), then cached ones by (hits, when freed).
 
     A block's hits do not change while it is free (a hit takes it out of the queue), and
@@ -104,16 +118,6 @@ class LFUQueue:
         self._clock = 0  # counts pushes: "freed when"
         self._hits: dict[int, int] = {}
 
-    def __len__(self) -> int:
-        return len(self._plain) + len(self._live)
-
-    def __contains__(self, block: int) -> bool:
-        return block in self._plain or block in self._live
-
-    def __iter__(self) -> Iterator[int]:
-        yield from self._plain
-        yield from (block for _, block in sorted((key, block) for block, key in self._live.items()))
-
     def push(self, block: int, cached: bool) -> None:
         self._clock += 1
         if not cached:
@@ -125,12 +129,6 @@ class LFUQueue:
             level = self._levels[hits] = deque()
         level.append((self._clock, block))
         self._live[block] = (hits, self._clock)
-
-    def remove(self, block: int) -> None:
-        if block in self._plain:
-            del self._plain[block]
-        else:
-            del self._live[block]  # its entry in its level goes stale
 
     def pop(self) -> int:
         if self._plain:
@@ -146,13 +144,6 @@ class LFUQueue:
                 del live[block]
                 self._hits.pop(block, None)  # its content is about to be replaced
                 return block
-
-    def pop_many(self, count: int) -> list[int]:
-        return [self.pop() for _ in range(count)]
-
-    def push_many(self, entries: list[tuple[int, bool]]) -> None:
-        for block, cached in entries:
-            self.push(block, cached)
 
     def on_cached(self, block: int) -> None:
         self._hits[block] = 0
