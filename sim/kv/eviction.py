@@ -36,18 +36,52 @@ class PrefixEviction(StrEnum):
     FIFO = "fifo"
 
 
-class LRUQueue:
-    """Blocks in the order they were freed, the least recently freed first: a list and the
-    index of its front, so that taking a request's blocks is one slice and freeing them one
-    ``extend``. A cache hit on a free block (``remove``) leaves its entry in place, counted
-    stale in ``_stale``; a block's stale entries always precede its live one (it is pushed
-    again only after it was removed), so popping skips the first ones it meets."""
+class _ListQueue:
+    """Blocks in a list and the index of its front: taking blocks off the front is one slice,
+    freeing them one ``extend``; the popped front is dropped from the list now and then."""
 
     compact_after = 4096  # popped entries dropped from the list's front past this many
 
     def __init__(self, blocks: range) -> None:
         self._q: list[int] = list(blocks)
         self._head = 0
+
+    def _take(self, count: int) -> list[int]:
+        """The next ``count`` entries of the list (there are that many)."""
+        head = self._head
+        blocks = self._q[head:head + count]
+        self._advance(head + count)
+        return blocks
+
+    def _advance(self, head: int) -> None:
+        if head > self.compact_after and 2 * head > len(self._q):  # drop the popped front now and then
+            del self._q[:head]
+            head = 0
+        self._head = head
+
+    def pop(self) -> int:
+        return self.pop_many(1)[0]
+
+    def pop_many(self, count: int) -> list[int]:  # pragma: no cover - each queue's own
+        raise NotImplementedError
+
+    def push_many(self, entries: list[tuple[int, bool]]) -> None:
+        """``push(block, cached)`` for each entry, in order."""
+        self._q.extend([block for block, _ in entries])
+
+    def push_plain(self, blocks: list[int]) -> None:
+        """``push(block, _)`` for each block, in order (the order ignores the hashes)."""
+        self._q.extend(blocks)
+
+
+class LRUQueue(_ListQueue):
+    """Blocks in the order they were freed, the least recently freed first (a
+    :class:`_ListQueue`). A cache hit on a free block (``remove``) leaves its entry in place,
+    counted stale in ``_stale``; a block's stale entries always precede its live one (it is
+    pushed again only after it was removed), so popping skips the first ones it meets."""
+
+    def __init__(self, blocks: range) -> None:
+        super().__init__(blocks)
         self._stale: dict[int, int] = {}  # block -> its stale entries in the list
         self._num_stale = 0
 
@@ -80,45 +114,28 @@ class LRUQueue:
         self._stale[block] = self._stale.get(block, 0) + 1
         self._num_stale += 1
 
-    def pop(self) -> int:
-        return self.pop_many(1)[0]
-
     def pop_many(self, count: int) -> list[int]:
         """``count`` pops, in order."""
         if count > len(self):
             raise KeyError("pop from an empty free queue")
-        q, head = self._q, self._head
         if not self._num_stale:
-            blocks = q[head:head + count]
-            head += count
-        else:
-            stale = self._stale
-            blocks = []
-            while len(blocks) < count:
-                block = q[head]
-                head += 1
-                n = stale.get(block)
-                if n:  # an entry left behind by a cache hit
-                    if n == 1:
-                        del stale[block]
-                    else:
-                        stale[block] = n - 1
-                    self._num_stale -= 1
+            return self._take(count)
+        q, head, stale = self._q, self._head, self._stale
+        blocks = []
+        while len(blocks) < count:
+            block = q[head]
+            head += 1
+            n = stale.get(block)
+            if n:  # an entry left behind by a cache hit
+                if n == 1:
+                    del stale[block]
                 else:
-                    blocks.append(block)
-        if head > self.compact_after and 2 * head > len(q):  # drop the popped front now and then
-            del q[:head]
-            head = 0
-        self._head = head
+                    stale[block] = n - 1
+                self._num_stale -= 1
+            else:
+                blocks.append(block)
+        self._advance(head)
         return blocks
-
-    def push_many(self, entries: list[tuple[int, bool]]) -> None:
-        """``push(block, cached)`` for each entry, in order."""
-        self._q.extend([block for block, _ in entries])
-
-    def push_plain(self, blocks: list[int]) -> None:
-        """``push(block, _)`` for each block, in order (LRU's order ignores the hashes)."""
-        self._q.extend(blocks)
 
     def on_cached(self, block: int) -> None:
         pass
@@ -130,14 +147,10 @@ class LRUQueue:
 _QUEUES = {PrefixEviction.LRU: LRUQueue, PrefixEviction.FIFO: FIFOQueue, PrefixEviction.LFU: LFUQueue}
 
 
-class PlainQueue:
+class PlainQueue(_ListQueue):
     """The free queue when no block is ever cached (prefix caching off): every policy is
     then the order blocks were freed (LRU's), and no block leaves the queue but at its
-    front. A list and the index of its front: ``pop_many`` is one slice."""
-
-    def __init__(self, blocks: range) -> None:
-        self._q: list[int] = list(blocks)
-        self._head = 0
+    front (a :class:`_ListQueue`: ``pop_many`` is one slice)."""
 
     def __len__(self) -> int:
         return len(self._q) - self._head
@@ -155,28 +168,11 @@ class PlainQueue:
     def remove(self, block: int) -> None:
         raise AssertionError("no block is revived when nothing is cached")
 
-    def pop(self) -> int:
-        return self.pop_many(1)[0]
-
     def pop_many(self, count: int) -> list[int]:
         """``count`` pops, in order."""
-        head = self._head
-        if count > len(self._q) - head:
+        if count > len(self._q) - self._head:
             raise KeyError("pop from an empty free queue")
-        blocks = self._q[head:head + count]
-        head += count
-        if head > 4096 and 2 * head > len(self._q):  # drop the popped front now and then
-            del self._q[:head]
-            head = 0
-        self._head = head
-        return blocks
-
-    def push_many(self, entries: list[tuple[int, bool]]) -> None:
-        self._q.extend([block for block, _ in entries])
-
-    def push_plain(self, blocks: list[int]) -> None:
-        """``push(block, False)`` for each block, in order."""
-        self._q.extend(blocks)
+        return self._take(count)
 
     def on_cached(self, block: int) -> None:
         raise AssertionError("no block is cached in this queue")
