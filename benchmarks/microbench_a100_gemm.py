@@ -16,6 +16,19 @@ license, data/profiling/compute/a100/*/mlp.csv). Steps:
    set does not measure (memory, PCIe, copies, attention). Its raw timings are the CSV
    above (3.4 MB; not copied: rerun this script to refit).
 
+With ``--datasheet`` it first prints the numbers the A100 datasheet calibrations
+(calibrations/a100-80gb.yaml, a100-40gb.yaml) take from these timings:
+
+- ``bandwidth_efficiency``: what decode's weight reads achieve. Every timing at m <= 4 (a
+  batch-1 to batch-4 decode GEMM, weight-bound) fitted as t = t0 + bytes / bandwidth (least
+  squares on relative error; bytes = the fp16 weights plus the m-row activations), pooled and
+  per model: 1,607 GB/s pooled (0.79 of the A100-80GB's 2,039 GB/s; per model 1,594-1,644
+  GB/s, 0.78-0.81), t0 4.2-6.2 us a launch (a check of ``kernel_launch_s``, 4 us);
+- ``compute_efficiency``: the datasheet cost model's own form (the smooth roofline, no tiles,
+  no launch term) fitted on Llama-3-8B's timings: 227.7 TFLOP/s, ``eff_max`` 0.73 of the
+  datasheet's 312; ``m_half_tokens`` 8.0 and ``RIDGE_SHARPNESS`` 1.5 (sim/calib/kernel_models.py)
+  come from the same fit.
+
 With ``--floor`` it first prints the error floor of the model form: the tile form fitted to
 each shape of each model alone (every parameter free per shape, in-sample): no parameters
 shared across shapes can predict a held-out model better than this, so the held-out MAPE
@@ -24,7 +37,7 @@ cannot reach that model's floor. On these timings the floor is 4.0-6.1% per mode
 fit's 6.4%): the timings jump where cuBLAS switches kernels, at token counts that differ from
 shape to shape.
 
-    python benchmarks/microbench_a100_gemm.py [--csv PATH] [--write] [--floor]
+    python benchmarks/microbench_a100_gemm.py [--csv PATH] [--write] [--floor] [--datasheet]
 """
 
 from __future__ import annotations
@@ -36,6 +49,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from microbench.fit import GemmTiles, describe, fit, fit_kernel, fit_params, mape
@@ -47,6 +61,12 @@ TRAIN, HELD_OUT = "meta-llama/Meta-Llama-3-8B", "meta-llama/Llama-2-70b-hf"
 SECOND = "microsoft/phi-2"  # the second training model of the two-model check
 #: NVIDIA A100 datasheet / Ampere architecture whitepaper: 108 SMs enabled on the GA100 of an A100
 A100_SMS = 108
+#: NVIDIA A100 datasheet: the SXM4 80GB's peak memory bandwidth (HBM2e), bytes/s
+A100_80GB_PEAK_BW = 2.039e12
+#: NVIDIA A100 datasheet: dense FP16/BF16 tensor-core peak, FLOP/s
+A100_PEAK_FLOPS = 312e12
+#: Decode GEMMs: the token counts whose cost is the weights' read (batch 1 to 4)
+GEMV_MAX_M = 4
 TILES = GemmTiles(sm_count=A100_SMS)
 
 
@@ -76,14 +96,44 @@ def print_floor(by_model: dict[str, list[dict]]) -> None:
         print(f"  {model:<40} {len(shapes):3d} shapes  floor {total / len(recs):6.2%}")
 
 
+def gemv_fit(recs: list[dict]) -> tuple[float, float, float]:
+    """(t0 s, bandwidth bytes/s, MAPE) of t = t0 + bytes / bandwidth over ``recs``, least
+    squares on relative error; bytes: fp16 weights plus the m-row input and output."""
+    nbytes = np.array([2.0 * (r["n"] * r["k"] + r["m"] * (r["n"] + r["k"])) for r in recs])
+    t = np.array([r["time_s"] for r in recs])
+    a = np.vstack([np.ones_like(nbytes), nbytes]).T / t[:, None]
+    (t0, per_byte), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    return float(t0), float(1.0 / per_byte), float(np.mean(np.abs(a @ (t0, per_byte) - 1.0)))
+
+
+def print_datasheet(by_model: dict[str, list[dict]]) -> None:
+    """The weight-read bandwidth of decode GEMMs (m <= GEMV_MAX_M), pooled and per model, and
+    the datasheet form fitted on the training model (module docstring)."""
+    small = {model: [r for r in recs if r["m"] <= GEMV_MAX_M] for model, recs in sorted(by_model.items())}
+    print(f"decode GEMMs (m <= {GEMV_MAX_M}): t = t0 + bytes / bandwidth "
+          f"(fraction of the A100-80GB's {A100_80GB_PEAK_BW / 1e9:,.0f} GB/s)")
+    for label, recs in (("all models", [r for rs in small.values() for r in rs]), *small.items()):
+        t0, bw, err = gemv_fit(recs)
+        print(f"  {label:<40} {len(recs):4d} timings  t0 {t0 * 1e6:5.2f} us  {bw / 1e9:6,.0f} GB/s "
+              f"({bw / A100_80GB_PEAK_BW:.3f})  MAPE {err:5.2%}")
+    p = fit_params("gemm", by_model[TRAIN])  # the smooth roofline: sim/cost/datasheet.py's GEMM form
+    print(f"datasheet form fitted on {TRAIN}: {p['flops_per_s'] / 1e12:.1f} TFLOP/s (eff_max "
+          f"{p['flops_per_s'] / A100_PEAK_FLOPS:.3f} of {A100_PEAK_FLOPS / 1e12:.0f}), m_half {p['x_half']:.1f}, "
+          f"sharpness {p['sharpness']:.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, default=CSV)
     ap.add_argument("--write", action="store_true", help="write calibrations/a100-vidur-linear.yaml")
     ap.add_argument("--floor", action="store_true", help="print the per-shape in-sample error floor first")
+    ap.add_argument("--datasheet", action="store_true",
+                    help="print the numbers the A100 datasheet calibrations take from these timings first")
     args = ap.parse_args(argv)
     start = time.perf_counter()
     by_model = load(args.csv)
+    if args.datasheet:
+        print_datasheet(by_model)
     if args.floor:
         print_floor(by_model)
     for trained_on in ((TRAIN,), (TRAIN, SECOND)):

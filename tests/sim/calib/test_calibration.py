@@ -19,7 +19,7 @@ REPO_CALIBRATIONS = Path(__file__).resolve().parents[3] / "calibrations"
 def test_shipped_datasheets_load(name: str) -> None:
     cal = load_calibration(name)
     assert cal.name == name and cal.source is CalibrationSource.DATASHEET and cal.schema == 1
-    assert 0.8 <= cal.bandwidth_efficiency <= 0.85 and 0.6 <= cal.compute_eff_max <= 0.75
+    assert 0.75 <= cal.bandwidth_efficiency <= 0.85 and 0.6 <= cal.compute_eff_max <= 0.75
     assert {"bandwidth", "flops", "memory", "pcie"} <= set(cal.provenance)
     assert name in available_calibrations()
 
