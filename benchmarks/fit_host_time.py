@@ -32,9 +32,9 @@ PYTHON_ENGINES = ("vllm-v0", "vllm-v1", "sglang")
 COMPILED_ENGINES = ("trtllm", "compiled")
 FAMILIES = ("step_latency", "saturated_throughput", "latency_under_load")
 GRIDS = {
-    "py_step_host_s": [0.0, 0.25e-3, 0.5e-3, 1e-3, 1.5e-3, 2e-3, 3e-3, 4e-3, 6e-3],
+    "py_step_host_s": [0.0, 0.25e-3, 0.5e-3, 1e-3, 1.5e-3, 2e-3, 3e-3, 4e-3, 6e-3, 8e-3],
     "py_seq_host_s": [0.0, 5e-6, 10e-6, 20e-6, 40e-6, 80e-6, 160e-6],
-    "cpp_step_host_s": [0.0, 0.05e-3, 0.1e-3, 0.2e-3, 0.4e-3, 0.8e-3, 1.2e-3],
+    "cpp_step_host_s": [0.0, 0.05e-3, 0.1e-3, 0.2e-3, 0.4e-3, 0.8e-3, 1.2e-3, 1.6e-3, 2.4e-3],
     "frontend_token_s": [0.0, 5e-6, 10e-6, 20e-6, 40e-6, 80e-6, 160e-6],
 }
 START = {"py_step_host_s": 1e-3, "py_seq_host_s": 10e-6, "cpp_step_host_s": 0.1e-3, "frontend_token_s": 20e-6}

@@ -11,6 +11,7 @@ from sim.calib.calibration import calibration_to_dict, load_calibration
 from sim.cli.main import main
 from sim.config.scenario import parse_scenario
 from sim.engine.parts import build_parts
+from sim.cost.profile import PROFILES, ProfileName
 
 WORKLOAD = {"num_requests": 3, "arrival": {"type": "constant", "rate": 5.0},
             "prompt_tokens": {"type": "fixed", "value": 40}, "output_tokens": {"type": "fixed", "value": 5}}
@@ -31,13 +32,14 @@ def _parts(tmp_path, gpu, **engine):
 
 
 def test_the_calibration_sets_the_machines_host_time_and_the_scenario_still_wins(tmp_path) -> None:
-    gpu = _calibration(tmp_path, {"vllm-v1": {"step_host_s": 4e-3, "async_scheduling": True}})
+    gpu = _calibration(tmp_path, {"vllm-v1": {"step_host_s": 3.3e-3, "async_scheduling": True}})
     p = _parts(tmp_path, gpu).profile
-    assert p.step_host_s == 4e-3 and p.async_scheduling
+    assert p.step_host_s == 3.3e-3 and p.async_scheduling
     p = _parts(tmp_path, gpu, profile_overrides={"step_host_s": 1e-3}).profile
     assert p.step_host_s == 1e-3 and p.async_scheduling  # the scenario's key over the machine's
-    assert _parts(tmp_path, gpu, profile="vllm-v0").profile.step_host_s != 4e-3  # other profiles untouched
-    assert load_calibration(gpu).profiles == {"vllm-v1": {"step_host_s": 4e-3, "async_scheduling": True}}
+    v0 = _parts(tmp_path, gpu, profile="vllm-v0").profile
+    assert v0.step_host_s == PROFILES[ProfileName.VLLM_V0].step_host_s != 3.3e-3  # other profiles untouched
+    assert load_calibration(gpu).profiles == {"vllm-v1": {"step_host_s": 3.3e-3, "async_scheduling": True}}
 
 
 def test_the_summary_reports_the_profile_as_run(tmp_path) -> None:
