@@ -28,6 +28,7 @@ class ProfileOverrides(BaseModel):
     frontend_request_s: nonneg_float("engine.profile_overrides.frontend_request_s") | None = None
     frontend_prompt_token_s: nonneg_float("engine.profile_overrides.frontend_prompt_token_s") | None = None
     frontend_token_s: nonneg_float("engine.profile_overrides.frontend_token_s") | None = None
+    gqa_shared_kv_reads: bool | None = None
 
     def as_dict(self) -> dict:
         return {k: v for k, v in self.model_dump().items() if v is not None}

@@ -10,6 +10,7 @@ from sim.cost.base import CostModel
 from sim.cost.datasheet import build_datasheet_cost
 from sim.cost.fitted import build_fitted_cost
 from sim.cost.profile import EngineProfile, GraphMode, ProfiledCost
+from sim.model.parallel import shard_model
 from sim.model.spec import KVDtype, ModelSpec
 
 
@@ -43,12 +44,24 @@ def build_profiled_cost(model: ModelSpec, calibration: Calibration, profile: Eng
     if profile.is_eager or "gemm" in calibration.kernels:
         return build_cost_model(model, calibration, **kwargs)
     no_host = dataclasses.replace(calibration, step_overhead_s=0.0)
-    eager = build_cost_model(model, no_host, **kwargs)
+    reads = decode_kv_reads(model, profile, kwargs.get("tensor_parallel_size", 1))
+    eager = dataclasses.replace(build_cost_model(model, no_host, **kwargs), decode_kv_reads=reads)
     if profile.graph_mode is GraphMode.NONE:
         return ProfiledCost(eager, eager, profile, (), 0.0)
-    graph = build_cost_model(model, dataclasses.replace(no_host, kernel_launch_s=0.0), **kwargs)
+    graph = dataclasses.replace(build_cost_model(model, dataclasses.replace(no_host, kernel_launch_s=0.0), **kwargs),
+                                decode_kv_reads=reads)
     return ProfiledCost(eager, graph, profile, profile.capture_sizes(max_num_seqs),
                         attention_launch_s=model.num_layers * calibration.kernel_launch_s)
+
+
+def decode_kv_reads(model: ModelSpec, profile: EngineProfile, tensor_parallel_size: int = 1) -> float:
+    """How many times decode attention reads each KV head under ``profile``: 1 where its kernel
+    shares the reads across the query heads of a group (EngineProfile.gqa_shared_kv_reads) or the
+    model has no groups (MLA's latent is one shared head), else one GPU's query heads per KV head."""
+    if profile.gqa_shared_kv_reads or model.is_mla:
+        return 1.0
+    shard = shard_model(model, tensor_parallel_size)
+    return shard.num_attention_heads / shard.num_kv_heads
 
 
 def with_profile_kernels(calibration: Calibration, profile: EngineProfile) -> Calibration:

@@ -13,7 +13,8 @@ Precision below), eff(m) = eff_max x m / (m + m_half).
         routed experts: of E experts, m tokens x top-k touch E (1 - (1 - k/E)^m) on average;
         only those are read, and each sees m k / touched rows
       + lm_head: the same with m = num_seqs (only each sequence's last token needs logits)
-      + decode attention: decode_kv_tokens x kv_bytes_per_token / B
+      + decode attention: decode_kv_tokens x kv_bytes_per_token / B (x decode_kv_reads, the query
+        heads per KV head, under a profile whose kernel reads a KV head once per query head)
       + prefill attention: prefill_attn_pairs x attn_flops_per_pair / (F eff_max)
                            + prefill_kv_tokens x kv_bytes_per_token / B
         (attention kernels tile queries by sequence, so their efficiency is taken as the
@@ -122,6 +123,9 @@ class DatasheetCost:
     collectives: tuple[int, float, float, float, float] | None = None
     #: the GEMMs' smooth maximum of weight reads and math (module docstring); inf: the hard max
     ridge_sharpness: float = float("inf")
+    #: times decode attention reads each KV head: 1, or its query heads where the engine's kernel
+    #: does not share a KV head's reads across its group (EngineProfile.gqa_shared_kv_reads)
+    decode_kv_reads: float = 1.0
 
     @property
     def composition(self) -> None:
@@ -138,7 +142,7 @@ class DatasheetCost:
             return 0.0
         num_seqs = shape.num_seqs
         t = self._token_terms_s(m, num_seqs)
-        t += (shape.decode_kv_tokens + shape.prefill_kv_tokens) * self.kv_read_s_per_token
+        t += (shape.decode_kv_tokens * self.decode_kv_reads + shape.prefill_kv_tokens) * self.kv_read_s_per_token
         if self.collectives is not None:
             t += collectives_s(self.collectives, m, num_seqs)
         return t + shape.prefill_attn_pairs * self.attn_s_per_pair
@@ -164,10 +168,12 @@ class DatasheetCost:
         stretch of decodes changes only its KV tokens)."""
         if num_tokens <= 0:
             return lambda kv: 0.0
-        t0, r = self._token_terms_s(num_tokens, num_seqs), self.kv_read_s_per_token
+        t0, r, g = self._token_terms_s(num_tokens, num_seqs), self.kv_read_s_per_token, self.decode_kv_reads
+        c = 0.0 if self.collectives is None else collectives_s(self.collectives, num_tokens, num_seqs)
+        if g != 1.0:  # (kv x g) x r: step_time_s's float
+            return lambda kv: t0 + kv * g * r + c
         if self.collectives is None:
             return lambda kv: t0 + kv * r
-        c = collectives_s(self.collectives, num_tokens, num_seqs)
         return lambda kv: t0 + kv * r + c
 
     def staging_time_s(self, num_bytes: float, num_launches: int = 1) -> float:

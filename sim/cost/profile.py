@@ -19,11 +19,11 @@ them around a cost model built without the calibration's step overhead:
 Graph modes: ``decode`` captures pure-decode batches only (vLLM V0, SGLang, TensorRT-LLM);
 ``full-and-piecewise`` (vLLM V1's default ``cudagraph_mode``) also replays mixed and
 prefill steps of up to the largest captured size in tokens as piecewise graphs, with the
-attention kernels launched eagerly between the pieces.
+attention kernels launched eagerly between the pieces. ``gqa_shared_kv_reads: false``: decode
+reads each KV head once per query head (TensorRT-LLM's masked MHA before XQA; sim/cost/build.py).
 
 Where each default comes from is written next to it in ``PROFILES``; the host-time
-numbers are fitted over the published cases in benchmarks/published (never to one case).
-Pure: no SimPy, no I/O.
+numbers are fitted over the published cases in benchmarks/published (never to one case). Pure.
 """
 
 from __future__ import annotations
@@ -96,6 +96,7 @@ class EngineProfile:
     #: they reach) pairs replacing the calibration's ``dequant`` entries (kernels differ more
     #: between engines than between GPUs; empty: the calibration's numbers)
     weight_only_kernels: tuple[tuple[str, float], ...] = ()
+    gqa_shared_kv_reads: bool = True  # decode reads a KV head once for its query heads (False: once each)
 
     @property
     def is_eager(self) -> bool:
@@ -151,13 +152,11 @@ _CPP_STEP_HOST_S = 1.2e-3
 _FRONTEND_REQUEST_S = 0.0
 _FRONTEND_TOKEN_S = 80e-6
 #: int4 weight-only GEMMs of a torch.compile decoder (gpt-fast, torchao: PyTorch's tinygemm,
-#: ``aten._weight_int4pack_mm``) read their 0.5 byte per weight at this fraction of a bf16
-#: GEMM's bandwidth, on A100 and H100 alike and whatever the group size (32 or 64): fitted
-#: (benchmarks/published/fit_weight_only.py) on torchao's README table (pytorch/ao,
-#: torchao/quantization/README.md, batch-1 generate.py): A100-80GB Llama-2-7B int4wo-64 201.14
-#: tok/s, Llama-3-8B 180.80, H100 Llama-3.1-8B 241.39, against its bf16 rows' 107.38 / 95.64 /
-#: 126.90: int4 runs at ~1.9x bf16 on both GPUs, not the ~3.5x of its bytes, so the kernel is
-#: not bandwidth-bound at batch 1 (vLLM's Marlin, the calibrations' dequant.int4, is).
+#: ``aten._weight_int4pack_mm``) read their 0.5 byte per weight at this fraction of a bf16 GEMM's
+#: bandwidth, on A100 and H100 alike, group size 32 or 64: fitted (benchmarks/published/fit_weight_only.py)
+#: on torchao's batch-1 table (pytorch/ao torchao/quantization/README.md: A100-80GB Llama-2-7B int4wo-64
+#: 201.14 tok/s, Llama-3-8B 180.80, H100 Llama-3.1-8B 241.39; bf16 107.38 / 95.64 / 126.90): ~1.9x bf16,
+#: not the ~3.5x of its bytes, so not bandwidth-bound at batch 1 (vLLM's Marlin, dequant.int4, is).
 #: Refitted: 0.50 -> 0.52 with the datasheet GEMMs' smooth roofline (kernel_models.py), 0.52 -> 0.56
 #: (rows -1.3%, +0.0%, +13.4%) with the A100's measured bandwidth_efficiency 0.79 (its calibration).
 _TINYGEMM_INT4 = 0.56
@@ -281,7 +280,7 @@ class ProfiledCost:
         return self.eager.staging_time_s(num_bytes, num_launches)
 
 
-_BOOL_KEYS = ("async_scheduling", "prefill_first")
+_BOOL_KEYS = ("async_scheduling", "prefill_first", "gqa_shared_kv_reads")
 _ENUM_KEYS = {"graph_mode": GraphMode, "output_processing": OutputProcessing}
 
 

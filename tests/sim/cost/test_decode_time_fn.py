@@ -22,6 +22,9 @@ CASES = {  # scenario, overrides: datasheet GPUs, every engine profile, tensor p
     "sglang-async": ("chatbot.yaml", ["engine.profile=sglang"]),
     "trtllm": ("chatbot.yaml", ["engine.profile=trtllm"]),
     "tp4-70b": ("llama3-70b-tp.yaml", []),
+    "kv-read-per-query-head": ("chatbot.yaml", ["engine.profile=trtllm",
+                                                "engine.profile_overrides.gqa_shared_kv_reads=false"]),
+    "kv-read-per-query-head-tp4": ("llama3-70b-tp.yaml", ["engine.profile_overrides.gqa_shared_kv_reads=false"]),
 }
 
 

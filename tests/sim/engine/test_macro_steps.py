@@ -46,9 +46,11 @@ def test_stretches_of_decodes_give_exactly_the_step_by_step_results(name) -> Non
     assert steps.shape == steps0.shape and (steps == steps0).all()
 
 
-@pytest.mark.parametrize("profile", ["vllm-v1", "vllm-v0", "sglang", "eager"])
+@pytest.mark.parametrize("profile", ["vllm-v1", "vllm-v0", "sglang", "eager", "trtllm-per-query-head-kv"])
 def test_every_profile_with_a_front_end_and_prefix_caching(profile) -> None:
     extra = [f"engine.profile={profile}"]
+    if profile == "trtllm-per-query-head-kv":  # decode attention's reads times the query group
+        extra = ["engine.profile=trtllm", "engine.profile_overrides.gqa_shared_kv_reads=false"]
     a = _run("chatbot.yaml", True, extra)
     b = _run("chatbot.yaml", False, extra)
     assert a[1] == b[1] and a[2] == b[2] and (a[3] == b[3]).all()
