@@ -58,6 +58,7 @@ METRICS: dict[str, tuple[str, Callable[..., float | None]]] = {
     "e2e_ms_mean": ("run", lambda s: _ms(s["e2e_s"]["mean"])),
     "e2e_s_mean": ("run", lambda s: s["e2e_s"]["mean"]),
     "output_tokens_per_s": ("run", lambda s: s["throughput"]["output_tokens_per_s"]),
+    "output_tokens_per_s_per_gpu": ("run", lambda s: s["throughput"]["output_tokens_per_s"] / s["engine"]["gpus"]),
     "total_tokens_per_s": ("run", lambda s: s["throughput"]["total_tokens_per_s"]),
     "requests_per_s": ("run", lambda s: s["throughput"]["requests_per_s"]),
     "kv_cache_tokens": ("plan", lambda plan, sc: plan.num_gpu_blocks * plan.block_size),
