@@ -11,6 +11,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sim.config.arrival_schema import (  # noqa: F401 (re-exported)
+    ArrivalProcess, ConstantArrival, GammaArrival, OfflineArrival, PoissonArrival)
 from sim.config.cluster_schema import ClusterConfig
 from sim.config.limits import nonneg_float, nonneg_int, pos_float, pos_int
 from sim.config.paths import resolve_in
@@ -27,7 +29,8 @@ from sim.sched.victim import VictimPolicy
 __all__ = [  # the policy choices are defined next to their policies and re-exported
     "AllocatorKind", "ArrivalProcess", "BatchingPolicy", "ComputeDtypeName", "ConstantArrival", "Conversation",
     "DtypeName", "EmpiricalLength", "EngineConfig", "FixedLength", "GammaArrival", "KVConfig",
-    "LengthDist", "LogNormalLength", "ProfileOverrides", "PoissonArrival", "PosFloat", "PosInt", "PreemptionMode",
+    "LengthDist", "LogNormalLength", "OfflineArrival", "ProfileOverrides", "PoissonArrival", "PosFloat", "PosInt",
+    "PreemptionMode",
     "PrefixEviction", "SLO", "Scenario", "SchedulerConfig", "SharedPrefix", "TokenBudget",
     "TokenEviction", "TokenEvictionConfig", "TraceReplay", "UniformLength", "VictimPolicy",
     "WhenKVFull", "Workload", "ZipfLength",
@@ -112,29 +115,6 @@ LengthDist = Annotated[
 ]
 
 
-class PoissonArrival(_Frozen):
-    type: Literal["poisson"]
-    rate: pos_float("workload.arrival.rate")  # requests per second
-
-
-class GammaArrival(_Frozen):
-    """Inter-arrival times from a gamma distribution: cv > 1 is burstier than Poisson."""
-
-    type: Literal["gamma"]
-    rate: pos_float("workload.arrival.rate")
-    cv: pos_float("workload.arrival.cv")
-
-
-class ConstantArrival(_Frozen):
-    type: Literal["constant"]
-    rate: pos_float("workload.arrival.rate")
-
-
-ArrivalProcess = Annotated[
-    Union[PoissonArrival, GammaArrival, ConstantArrival], Field(discriminator="type")
-]
-
-
 class TraceReplay(_Frozen):
     """Arrival times and lengths from a CSV with columns
     ``arrived_at, num_prefill_tokens, num_decode_tokens`` (the Azure 2023 format)."""
@@ -187,6 +167,8 @@ class Workload(_Frozen):
                     raise ValueError(f"'{key}' is required unless 'trace' is given")
             if self.num_requests is None and self.duration_s is None:
                 raise ValueError("give 'num_requests' or 'duration_s' (or both)")
+            if isinstance(self.arrival, OfflineArrival) and self.num_requests is None:
+                raise ValueError("an offline arrival (every request at t = 0) needs 'num_requests'")
         return self
 
 

@@ -19,8 +19,8 @@ import numpy as np
 from sim.errors import ConfigError
 from sim.config.limits import MAX_DURATION_S, MAX_REQUESTS, MAX_SESSIONS, MAX_TOKENS
 from sim.config.scenario import (
-    MAX_TURNS, ConstantArrival, EmpiricalLength, FixedLength, GammaArrival, LogNormalLength, PoissonArrival,
-    Scenario, UniformLength, ZipfLength)
+    MAX_TURNS, ConstantArrival, EmpiricalLength, FixedLength, GammaArrival, LogNormalLength, OfflineArrival,
+    PoissonArrival, Scenario, UniformLength, ZipfLength)
 from sim.views import IndexedSequence
 from sim.workload.csvfile import read_columns
 
@@ -75,6 +75,8 @@ def sample_lengths(dist, n: int, rng: np.random.Generator, sc: Scenario) -> np.n
 
 
 def _inter_arrivals(arrival, n: int, rng: np.random.Generator) -> np.ndarray:
+    if isinstance(arrival, OfflineArrival):  # every request at t = 0
+        return np.zeros(n)
     mean = 1.0 / arrival.rate
     if isinstance(arrival, PoissonArrival):
         return rng.exponential(mean, size=n)
