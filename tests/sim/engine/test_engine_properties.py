@@ -28,7 +28,7 @@ def tiny_scenarios(draw):
         "num_requests": draw(st.integers(1, 10)),
         "arrival": draw(st.sampled_from([
             {"type": "poisson", "rate": 100.0}, {"type": "constant", "rate": 1000.0},
-            {"type": "gamma", "rate": 50.0, "cv": 3.0}])),
+            {"type": "gamma", "rate": 50.0, "cv": 3.0}, {"type": "offline"}])),
         "prompt_tokens": {"type": "uniform", "low": 1, "high": draw(st.integers(1, 100))},
         "output_tokens": {"type": "uniform", "low": 1, "high": draw(st.integers(1, 100))},
     }
