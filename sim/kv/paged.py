@@ -35,7 +35,7 @@ _NO_OWN_BLOCK = 1 << 62  # past any block index
 
 class PagedAllocator:
     block_based = True
-    #: Hash a request's own blocks at ``free`` (LRU only). False: every block as it fills,
+    #: Hash a request's own blocks at ``free`` (LRU and LFU). False: every block as it fills,
     #: the reference the tests hold the deferred hashing to.
     defer_own_blocks = True
 
@@ -193,10 +193,15 @@ class PagedAllocator:
         done = self._num_registered.get(req.request_id, 0)
         if n_full <= done:
             return
-        hashes = extend_block_hashes(req, n_full, self.block_size)
-        for i in range(done, n_full):
-            self.pool.cache(table[i], hashes[i])
+        self._hash_blocks(req, table, done, n_full)
         self._num_registered[req.request_id] = n_full
+
+    def _hash_blocks(self, req: Request, table: list[int], start: int, stop: int) -> None:
+        """Cache ``table[start:stop]`` under ``req``'s block hashes (``start < stop``)."""
+        hashes = extend_block_hashes(req, stop, self.block_size)
+        cache = self.pool.cache
+        for i in range(start, stop):
+            cache(table[i], hashes[i])
 
     def free(self, req: Request) -> None:
         table = self.block_tables.pop(req.request_id, None)
@@ -212,16 +217,12 @@ class PagedAllocator:
         computed block: ``num_computed_tokens`` is the last step's total), in block order.
         Nothing else can have cached them (the tokens were its own). A finished request no
         later turn repeats marks them ``ANON`` instead: cached, never found."""
-        B = self.block_size
-        n_full = min(req.num_computed_tokens, req.num_tokens) // B
+        n_full = min(req.num_computed_tokens, req.num_tokens) // self.block_size
         hashed = n_full  # blocks hashed for real; the rest (own blocks only) are ANON
         if not req.followed and req.num_generated >= req.num_output_tokens:
             hashed = max(done, min(n_full, self._own_block(req)))
         if hashed > done:
-            hashes = extend_block_hashes(req, hashed, B)
-            cache = self.pool.cache
-            for i in range(done, hashed):
-                cache(table[i], hashes[i])
+            self._hash_blocks(req, table, done, hashed)
         if n_full > hashed:
             self.pool.cache_anon(table[hashed:n_full])
         req.own_from = None  # hashed now: if it comes back, its blocks may be in the cache
