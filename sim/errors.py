@@ -45,8 +45,26 @@ def cli_exit_code(command: Callable[[], int]) -> int:
         return 130
 
 
+#: Options whose value may begin with "-" (``--set seed=-1``, ``--set -.inf``): argparse would
+#: read such a value as another option, so the value is attached (``--set=-.inf``) before
+#: parsing and reaches the command, which names the scenario and the assignment at fault.
+DASH_VALUE_OPTIONS = ("--set", "--grid")
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse whose errors are one ConfigError line instead of a usage dump and exit 2."""
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: D102
+        args = sys.argv[1:] if args is None else list(args)
+        attached, i = [], 0
+        while i < len(args):
+            if args[i] in DASH_VALUE_OPTIONS and i + 1 < len(args) and args[i + 1].startswith("-"):
+                attached.append(f"{args[i]}={args[i + 1]}")
+                i += 2
+            else:
+                attached.append(args[i])
+                i += 1
+        return super().parse_known_args(attached, namespace)
 
     def error(self, message: str):  # noqa: D102
         m = re.match(r"argument ([^:]+): (.*)", message, re.S)

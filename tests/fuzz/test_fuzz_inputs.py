@@ -12,7 +12,7 @@ import itertools
 from pathlib import Path
 
 import yaml
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from fuzzkit import REPO, TINY, error_parts, run_args, run_cli, write_yaml
 
@@ -33,6 +33,7 @@ RAW_VALUES = ["16", "0", "-3", "1e12", "1.0e12", ".inf", ".nan", "-.inf", "[1, 2
 @SETTINGS
 @given(key=st.sampled_from(KEYS), raw=st.one_of(st.sampled_from(RAW_VALUES), st.text(max_size=10)),
        eq=st.sampled_from(["=", "", "==", " = "]))
+@example(key="", raw="-.inf", eq="")  # found by a run: argparse took "-.inf" for an option
 def test_set_assignments(tmp_path: Path, capsys, key: str, raw: str, eq: str) -> None:
     n = next(_case)
     scenario = write_yaml(tmp_path / f"s{n}.yaml", TINY)

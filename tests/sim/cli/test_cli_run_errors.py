@@ -132,6 +132,10 @@ def test_max_model_len_larger_than_the_pool(tmp_path, capsys) -> None:
     ("name.first=1", "name.first", "not a mapping"),
     ("kv.block_size", "kv.block_size", "key.path=value"),
     ("kv..block_size=3", "kv..block_size", "empty key"),
+    # a value beginning with "-" is still --set's (argparse alone would read it as an option)
+    ("-.inf", "-.inf", "key.path=value"),
+    ("-x=1", "-x", "unknown key"),
+    ("seed=-1", "seed", "greater than or equal to 0"),
 ])
 def test_bad_set_names_file_and_key(tmp_path, capsys, assignment, key, words) -> None:
     path = write(tmp_path, GOOD)
