@@ -31,6 +31,16 @@ PUBLISHED = {
     "gemma-3-27b": (27.4 * B - 0.42 * B, None, None, 2 * 62 * 16 * 128 * 2),
     "mixtral-8x7b": (46.7 * B, 12.9 * B, 46_702_792_704, 2 * 32 * 8 * 128 * 2),
     "deepseek-v3": (671 * B, 37 * B, None, 61 * (512 + 64) * 2),
+    "llama-3.2-1b": (1.24 * B, None, 1_235_814_400, 2 * 16 * 8 * 64 * 2),
+    "llama-3.2-3b": (3.21 * B, None, 3_212_749_824, 2 * 28 * 8 * 128 * 2),
+    "llama-3.3-70b": (70.6 * B, None, 70_553_706_496, 2 * 80 * 8 * 128 * 2),
+    "codellama-34b": (33.7 * B, None, None, 2 * 48 * 8 * 128 * 2),
+    "qwen2.5-0.5b": (0.49 * B, None, None, 2 * 24 * 2 * 64 * 2),
+    "qwen2.5-14b": (14.7 * B, None, None, 2 * 48 * 8 * 128 * 2),
+    "qwen2.5-72b": (72.7 * B, None, None, 2 * 80 * 8 * 128 * 2),
+    "qwen3-4b": (4.0 * B, None, None, 2 * 36 * 8 * 128 * 2),
+    "qwen3-14b": (14.8 * B, None, None, 2 * 40 * 8 * 128 * 2),
+    "mistral-nemo-12b": (12.2 * B, None, None, 2 * 40 * 8 * 128 * 2),
 }
 
 
@@ -56,7 +66,10 @@ def test_preset_kv_bytes_table() -> None:
                    "qwen3-8b": 147456, "qwen3-32b": 262144, "qwen3-30b-a3b": 98304,
                    "qwen3-235b-a22b": 192512, "gemma-2-9b": 344064, "gemma-2-27b": 376832,
                    "gemma-3-12b": 393216, "gemma-3-27b": 507904, "mixtral-8x7b": 131072,
-                   "deepseek-v3": 70272}
+                   "deepseek-v3": 70272, "llama-3.2-1b": 32768, "llama-3.2-3b": 114688,
+                   "llama-3.3-70b": 327680, "codellama-34b": 196608, "qwen2.5-0.5b": 12288,
+                   "qwen2.5-14b": 196608, "qwen2.5-72b": 327680, "qwen3-4b": 147456,
+                   "qwen3-14b": 163840, "mistral-nemo-12b": 163840}
 
 
 def test_every_preset_loads_and_is_listed() -> None:
