@@ -83,7 +83,7 @@ def test_names_are_looked_up_in_cwd_then_in_the_shipped_ones(tmp_path: Path, mon
     (tmp_path / "calibrations" / "my-gpu.yaml").write_text(mine.read_text())
     assert calib.calibration_file("a100-80gb") == tmp_path / "calibrations" / "a100-80gb.yaml"
     assert "my-gpu" in calib.available_calibrations()
-    with pytest.raises(ConfigError, match=r"unknown GPU calibration 'nope'; use one of: a100-40gb, a100-80gb"):
+    with pytest.raises(ConfigError, match=r"unknown GPU calibration 'nope'; use one of: a10, a100-40gb, a100-80gb"):
         calib.load_calibration("nope")
 
 

@@ -78,7 +78,7 @@ BAD_ARGV = [
     (["predict", "a100-80gb", "--kernel", "gemm", "--m", "4"], "missing n, k"),
     (["predict", "a100-80gb", "--kernel", "gemm", "--m"], "expected --field value pairs"),
     (["predict", "a100-80gb"], "the following arguments are required: --kernel"),
-    (["predict", "no-such-gpu", "--kernel", "gemm"], "unknown GPU calibration 'no-such-gpu'; use one of: a100-40gb"),
+    (["predict", "no-such-gpu", "--kernel", "gemm"], "unknown GPU calibration 'no-such-gpu'; use one of: a10, a100-40gb"),
     (["fit", "/nonexistent.jsonl", "-o", "x.yaml"], "/nonexistent.jsonl: <root>: cannot read measurements"),
     (["fit", "/dev/null", "-o", "x.yaml"], "/dev/null: <root>: cannot read measurements: not a regular file"),
     (["fit", "m.jsonl"], "the following arguments are required: -o/--out"),

@@ -78,7 +78,9 @@ def test_ring_all_reduce_and_all_gather() -> None:
 
 EXPECTED_LINKS = {"a100-40gb": "nvlink3", "a100-80gb": "nvlink3", "a100-vidur-linear": "nvlink3",
                   "h100-sxm": "nvlink4", "h200": "nvlink4", "l40s": "pcie4", "rtx-4090": "pcie4",
-                  "rtx-4060-8gb": "pcie4"}
+                  "rtx-4060-8gb": "pcie4", "a10": "pcie4", "a10g": "pcie4", "b200": "nvlink5",
+                  "h100-nvl": "pcie5", "h100-pcie": "pcie5", "h20": "nvlink4", "l4": "pcie4", "l40": "pcie4",
+                  "mi300x": "xgmi", "rtx-3090": "pcie4", "rtx-a6000": "pcie4"}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_LINKS))
@@ -93,8 +95,22 @@ def test_shipped_gpus_have_a_cited_interconnect(name: str) -> None:
     if name.startswith("a100-") and name != "a100-vidur-linear":
         assert "600 GB/s" in cal.provenance["interconnect"]
         assert 2.0e11 <= ic.allreduce_bus_bandwidth_bytes_per_s <= 3.0e11
-    if ic.link.startswith("pcie"):
+    if ic.link == "pcie4":
         assert ic.allreduce_bus_bandwidth_bytes_per_s <= 3.2e10  # at most PCIe Gen4 x16 per direction
+    if ic.link == "pcie5":
+        assert ic.allreduce_bus_bandwidth_bytes_per_s <= 6.4e10  # Gen5 x16
+
+
+def test_pair_links_and_meshes_depend_on_the_gpu_count() -> None:
+    """An H100 NVL pair shares an NVLink bridge (TP 2) and crosses PCIe beyond it; an MI300X ring
+    over n GPUs uses n - 1 Infinity Fabric links of a fully connected node."""
+    nvl = load_calibration("h100-nvl").interconnect
+    size = 64 << 20
+    assert nvl.allreduce_s(size, 2) * 4 < nvl.allreduce_s(size, 4)
+    mi = load_calibration("mi300x").interconnect
+    times = [mi.allreduce_s(size, n) for n in (2, 4, 8)]
+    assert times[0] > times[1] > times[2]
+    assert mi.link == "xgmi" and "Infinity Fabric" in load_calibration("mi300x").provenance["interconnect"]
 
 
 def test_the_cpu_calibration_has_no_interconnect() -> None:

@@ -101,3 +101,17 @@ def test_a_replica_is_tensor_x_pipeline_parallel_gpus(tiny_plan, write_plan):
                                   "at_max_rate": {"mean_output_tokens": 50}})
         assert costed["replicas"] == 4 and costed["gpus"] == 4 * rec["gpus_per_replica"]
         assert costed["cost_per_hour"] == pytest.approx(costed["gpus"] * c.price_per_gpu_hour)
+
+
+def test_every_shipped_price_names_a_shipped_gpu_with_a_source():
+    from sim.calib.calibration import available_calibrations
+    from sim.plan.prices import shipped_prices
+    prices = shipped_prices()
+    assert set(prices) <= set(available_calibrations())
+    for gpu, entry in prices.items():
+        assert entry["usd_per_gpu_hour"] > 0 and len(entry["source"]) > 20, gpu
+    # the GPUs added with their datasheets are priced, from RunPod where it rents them
+    for gpu in ("h100-pcie", "h100-nvl", "b200", "l4", "l40", "rtx-3090", "rtx-a6000", "mi300x"):
+        assert "RunPod" in prices[gpu]["source"], gpu
+    for gpu in ("a10", "a10g", "h20"):
+        assert "not on RunPod" in prices[gpu]["source"], gpu
