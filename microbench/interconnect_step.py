@@ -49,7 +49,7 @@ def detect_link(torch, sheet: Calibration | None) -> tuple[str, str]:
     the compute capability), else the PCIe generation from ``nvidia-smi``, else the datasheet's."""
     if re.search(r"Link \d+: [\d.]+ GB/s", _smi("nvlink", "--status", "-i", "0")):
         major = torch.cuda.get_device_capability(0)[0]
-        return ("nvlink3" if major <= 8 else "nvlink4" if major == 9 else "nvlink5"), \
+        return ("nvlink2" if major <= 7 else "nvlink3" if major == 8 else "nvlink4" if major == 9 else "nvlink5"), \
             f"nvidia-smi nvlink --status: active, compute capability {major}.x"
     gen = _smi("--query-gpu=pcie.link.gen.max", "--format=csv,noheader", "-i", "0").strip()
     if gen.isdigit():

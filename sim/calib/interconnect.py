@@ -7,7 +7,7 @@ An optional calibration section (schema 1 and 2; sim/calib/calibration.py reads 
       allreduce_latency_s: 8.0e-06                   # a small all-reduce's time (latency-bound)
       p2p_bandwidth_bytes_per_s: 3.6e+11             # optional: one GPU to another, one direction
       p2p_latency_s: 8.0e-06                         # optional
-      link: nvlink4                                  # nvlink3-5, pcie3-5, xgmi (AMD Infinity Fabric)
+      link: nvlink4                                  # nvlink2-5, pcie3-5, xgmi (AMD Infinity Fabric)
       source: text                                   # optional: where the numbers come from
       by_num_gpus:                                   # optional: numbers measured at one GPU count
         2: {allreduce_bus_bandwidth_bytes_per_s: 3.5e+11, allreduce_latency_s: 6.0e-06,
@@ -48,7 +48,7 @@ from typing import Any
 
 from sim.errors import ConfigError
 
-LINKS = ("nvlink3", "nvlink4", "nvlink5", "pcie3", "pcie4", "pcie5", "xgmi")
+LINKS = ("nvlink2", "nvlink3", "nvlink4", "nvlink5", "pcie3", "pcie4", "pcie5", "xgmi")
 _BANDWIDTH = (1e6, 1e14)  # bytes per second: as pcie_bandwidth_bytes_per_s
 _LATENCY = (0.0, 1.0)  # seconds
 #: key -> (range, required)

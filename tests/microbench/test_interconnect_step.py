@@ -204,3 +204,11 @@ def test_calibrate_on_cpu_writes_no_section(tmp_path, monkeypatch) -> None:
     assert main(["calibrate", "--device", "cpu", "--model", "tiny-llama", "--no-progress", "--out", "x.yaml"]) == 0
     assert "interconnect" not in yaml.safe_load(Path("x.yaml").read_text())
     assert not Path("x.interconnect.jsonl").exists()
+
+
+@pytest.mark.parametrize("major,link", [(7, "nvlink2"), (8, "nvlink3"), (9, "nvlink4"), (10, "nvlink5")])
+def test_nvlink_generation_from_the_compute_capability(monkeypatch, major, link) -> None:
+    monkeypatch.setattr(step_mod, "_smi", lambda *a: NVLINK if a[0] == "nvlink" else "")
+    torch = fake_torch(2)
+    torch.cuda.get_device_capability = lambda i: (major, 0)
+    assert detect_link(torch, None)[0] == link

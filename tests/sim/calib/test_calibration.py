@@ -12,7 +12,7 @@ from sim.calib.calibration import (
 from sim.errors import ConfigError
 
 SHIPPED = ["a10", "a10g", "a100-40gb", "a100-80gb", "b200", "h100-nvl", "h100-pcie", "h100-sxm", "h20", "h200",
-           "l4", "l40", "l40s", "mi300x", "rtx-3090", "rtx-4060-8gb", "rtx-4090", "rtx-a6000"]
+           "l4", "l40", "l40s", "mi300x", "rtx-3090", "rtx-4060-8gb", "rtx-4090", "rtx-a6000", "t4", "v100-sxm2-32gb"]
 REPO_CALIBRATIONS = Path(__file__).resolve().parents[3] / "calibrations"
 
 
@@ -45,7 +45,10 @@ def test_datasheet_numbers() -> None:
                                 ("mi300x", 5.3e12, 1307.4e12, 2614.9e12)):
         cal = load_calibration(name)
         assert (cal.hbm_bandwidth_bytes_per_s, cal.peak_flops, cal.precision.compute_peaks["fp8"]) == (bw, bf16, fp8), name
-    for name in ("a10", "a10g", "rtx-3090", "rtx-a6000"):  # Ampere: no fp8 tensor cores
+    for name in ("t4", "v100-sxm2-32gb"):  # pre-Ampere: no bf16; a bf16 model runs at the fp16 rate
+        cal = load_calibration(name)
+        assert cal.peak_flops == cal.precision.compute_peaks["fp16"] and "compute capability" in cal.provenance["flops"]
+    for name in ("a10", "a10g", "rtx-3090", "rtx-a6000", "t4", "v100-sxm2-32gb"):  # no fp8 tensor cores
         assert "fp8" not in load_calibration(name).precision.compute_peaks, name
 
 
@@ -54,7 +57,9 @@ def test_datasheet_numbers() -> None:
 SQUARE_MATMUL = {"a100-80gb": ([264.53], 312), "h100-sxm": ([789.24, 783.66], 989), "h200": ([790.29], 989),
                  "l40s": ([269.15], 362), "rtx-4090": ([170.06, 173.31, 162.39, 163.09], 165.2),
                  "rtx-3090": ([76.34, 76.68, 76.58], 71), "rtx-a6000": ([123.34], 154.8), "h20": ([141.86], 148),
-                 "b200": ([1696.03], 2250), "a10g": ([69.47], 70)}
+                 "b200": ([1696.03], 2250), "a10g": ([69.47], 70),
+                 # pre-Ampere: the fp16 column (their bf16 is emulated); the V100S row for the V100 SXM2
+                 "t4": ([41.91, 42.71], 65), "v100-sxm2-32gb": ([88.92 * 125 / 130], 125)}
 
 
 @pytest.mark.parametrize("name", sorted(set(SQUARE_MATMUL) - {"a100-80gb"}))

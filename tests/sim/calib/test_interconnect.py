@@ -80,7 +80,8 @@ EXPECTED_LINKS = {"a100-40gb": "nvlink3", "a100-80gb": "nvlink3", "a100-vidur-li
                   "h100-sxm": "nvlink4", "h200": "nvlink4", "l40s": "pcie4", "rtx-4090": "pcie4",
                   "rtx-4060-8gb": "pcie4", "a10": "pcie4", "a10g": "pcie4", "b200": "nvlink5",
                   "h100-nvl": "pcie5", "h100-pcie": "pcie5", "h20": "nvlink4", "l4": "pcie4", "l40": "pcie4",
-                  "mi300x": "xgmi", "rtx-3090": "pcie4", "rtx-a6000": "pcie4"}
+                  "mi300x": "xgmi", "rtx-3090": "pcie4", "rtx-a6000": "pcie4", "t4": "pcie3",
+                  "v100-sxm2-32gb": "nvlink2"}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_LINKS))
@@ -95,6 +96,8 @@ def test_shipped_gpus_have_a_cited_interconnect(name: str) -> None:
     if name.startswith("a100-") and name != "a100-vidur-linear":
         assert "600 GB/s" in cal.provenance["interconnect"]
         assert 2.0e11 <= ic.allreduce_bus_bandwidth_bytes_per_s <= 3.0e11
+    if ic.link == "pcie3":
+        assert ic.allreduce_bus_bandwidth_bytes_per_s <= 1.6e10  # Gen3 x16
     if ic.link == "pcie4":
         assert ic.allreduce_bus_bandwidth_bytes_per_s <= 3.2e10  # at most PCIe Gen4 x16 per direction
     if ic.link == "pcie5":
