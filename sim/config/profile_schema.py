@@ -29,6 +29,7 @@ class ProfileOverrides(BaseModel):
     frontend_prompt_token_s: nonneg_float("engine.profile_overrides.frontend_prompt_token_s") | None = None
     frontend_token_s: nonneg_float("engine.profile_overrides.frontend_token_s") | None = None
     gqa_shared_kv_reads: bool | None = None
+    reserve_full_length: bool | None = None
 
     def as_dict(self) -> dict:
         return {k: v for k, v in self.model_dump().items() if v is not None}

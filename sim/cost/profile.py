@@ -97,6 +97,7 @@ class EngineProfile:
     #: between engines than between GPUs; empty: the calibration's numbers)
     weight_only_kernels: tuple[tuple[str, float], ...] = ()
     gqa_shared_kv_reads: bool = True  # decode reads a KV head once for its query heads (False: once each)
+    reserve_full_length: bool = False  # admit only while every request's prompt + max_tokens fits (no eviction)
 
     @property
     def is_eager(self) -> bool:
@@ -182,11 +183,11 @@ PROFILES: dict[str, EngineProfile] = {
         ProfileName.SGLANG, graph_mode=GraphMode.DECODE, max_graph_size=160, step_host_s=_PY_STEP_HOST_S,
         seq_host_s=_PY_SEQ_HOST_S, async_scheduling=True, chunked_prefill=True, prefix_caching=True,
         frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S),
-    # TensorRT-LLM: in-flight batching in a C++ executor (small host time per step), decode
-    # graphs, overlapped scheduling, KV block reuse on, chunked context off.
+    # TensorRT-LLM: in-flight batching in a C++ executor (small host time per step), decode graphs,
+    # overlapped scheduling, KV block reuse on, chunked context off, GUARANTEED_NO_EVICT admission.
     ProfileName.TRTLLM: EngineProfile(
         ProfileName.TRTLLM, graph_mode=GraphMode.DECODE, step_host_s=_CPP_STEP_HOST_S,
-        async_scheduling=True, prefix_caching=True,
+        async_scheduling=True, prefix_caching=True, reserve_full_length=True,
         frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S),
     # A compiled single-stream decoder: every decode step one CUDA-graph replay from a loop
     # with next to no host work, no scheduler, no front end (gpt-fast's torch.compile
@@ -280,7 +281,7 @@ class ProfiledCost:
         return self.eager.staging_time_s(num_bytes, num_launches)
 
 
-_BOOL_KEYS = ("async_scheduling", "prefill_first", "gqa_shared_kv_reads")
+_BOOL_KEYS = ("async_scheduling", "prefill_first", "gqa_shared_kv_reads", "reserve_full_length")
 _ENUM_KEYS = {"graph_mode": GraphMode, "output_processing": OutputProcessing}
 
 

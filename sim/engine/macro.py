@@ -120,12 +120,12 @@ class DecodeRun:
         first request's prompt does not fit the budget the decodes leave (unchunked), or does
         not fit the free blocks. Not decided here (the admission pass runs): prefix caching
         (a hit may shrink what the request needs), rejection when full, prefill-first
-        steps, and a request that still holds blocks."""
+        steps, the full-length reservation, and a request that still holds blocks."""
         n_running = len(sched.running)
         if n_running >= sched.max_num_seqs:
             return True
         alloc = self.sim.allocator
-        if alloc.prefix_caching or sched.reject_when_full or sched.prefill_first:
+        if alloc.prefix_caching or sched.reject_when_full or sched.prefill_first or sched.reserve_full_length:
             return False
         budget = sched.max_num_batched_tokens - n_running  # what the decodes leave
         if budget <= 0:

@@ -167,7 +167,7 @@ def engine_state(sc: Scenario, model: ModelSpec, plan: MemoryPlan, budget: Token
         remaining=(remaining_output_model(sc)
                    if sc.scheduler.preemption_victim == VictimPolicy.LONGEST_REMAINING else None),
         watermark_slots=int(sc.scheduler.watermark * plan.num_gpu_blocks * plan.block_size),
-        prefill_first=profile.prefill_first)
+        prefill_first=profile.prefill_first, reserve_full_length=profile.reserve_full_length)
     return allocator, swap, preemptor, scheduler
 
 

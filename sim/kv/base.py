@@ -74,6 +74,11 @@ class KVAllocator(Protocol):
     def held_slots(self, req: Request) -> int:
         """Slots ``req`` holds now (shared prefix blocks included)."""
 
+    def growth_slots(self, req: Request, num_tokens: int | None = None) -> int:
+        """Slots ``req`` may still take before it finishes: those of its prompt plus
+        ``max_tokens`` less those it holds (or would hold with ``num_tokens`` tokens). 0 for
+        a contiguous allocator, which reserves the whole extent at admission."""
+
     def num_allocated_slots(self) -> int:
         """Slots held by at least one request (each physical slot once)."""
 

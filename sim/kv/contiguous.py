@@ -98,6 +98,9 @@ class ContiguousAllocator:
         extent = self._extents.get(req.request_id)
         return extent[1] if extent else 0
 
+    def growth_slots(self, req: Request, num_tokens: int | None = None) -> int:
+        return 0  # the whole reservation is taken at admission
+
     def num_allocated_slots(self) -> int:
         return self._allocated
 

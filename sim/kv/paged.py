@@ -236,6 +236,13 @@ class PagedAllocator:
     def held_slots(self, req: Request) -> int:
         return len(self.block_tables.get(req.request_id, ())) * self.block_size
 
+    def growth_slots(self, req: Request, num_tokens: int | None = None) -> int:
+        B = self.block_size
+        blocks = self.budget.num_blocks if self._bounded else (lambda t, b: -(-t // b))
+        full = blocks(req.num_prompt_tokens + req.max_tokens, B)
+        held = len(self.block_tables.get(req.request_id, ())) if num_tokens is None else blocks(num_tokens, B)
+        return (full - held) * B if full > held else 0
+
     def num_allocated_slots(self) -> int:
         return (self.pool.num_blocks - self.pool.num_free) * self.block_size
 

@@ -25,7 +25,7 @@ class SchedulerBase:
                  max_num_batched_tokens: int, max_model_len: int, reject_when_full: bool,
                  victim_policy: VictimPolicy = VictimPolicy.LIFO,
                  remaining: RemainingOutputModel | None = None, watermark_slots: int = 0,
-                 prefill_first: bool = False) -> None:
+                 prefill_first: bool = False, reserve_full_length: bool = False) -> None:
         self.allocator = allocator
         self.preemptor = preemptor
         self.max_num_seqs = max_num_seqs
@@ -36,6 +36,9 @@ class SchedulerBase:
         self.remaining = remaining
         self.watermark_slots = watermark_slots  # kept free at admission (vLLM V0's watermark)
         self.prefill_first = prefill_first  # vLLM V0: admitted prompts run in prefill-only steps
+        #: TensorRT-LLM's GUARANTEED_NO_EVICT: admit a request only while every running request's
+        #: prompt + max_tokens still fits, so no running request is ever preempted for room
+        self.reserve_full_length = reserve_full_length
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.swapped: deque[Request] = deque()
@@ -124,6 +127,7 @@ class SchedulerBase:
         does not skip ahead (head-of-line blocking, as in vLLM).
         """
         alloc = self.allocator
+        reserved = self.reserved_growth() if self.reserve_full_length and self.waiting else 0
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             cached = alloc.lookup_prefix(req) if req.num_computed_tokens == 0 else 0
@@ -135,6 +139,10 @@ class SchedulerBase:
             # The watermark protects running requests' growth; with none running it is
             # waived, so a request that needs more than the rest of the pool still runs.
             keep_free = self.watermark_slots if self.running else 0
+            future = 0
+            if self.reserve_full_length:  # the running requests' growth and this one's own
+                future = alloc.growth_slots(req, req.num_computed_tokens + cached + n)
+                keep_free += reserved + future
             if not alloc.allocate_slots(req, n, cached, keep_free_slots=keep_free):
                 if self.reject_when_full:
                     self.waiting.popleft()
@@ -149,7 +157,14 @@ class SchedulerBase:
             self._mark_admitted(req)
             out.add(req, n)
             budget -= n
+            reserved += future
         return budget
+
+    def reserved_growth(self) -> int:
+        """Slots the running requests may still take before they finish (prompt + max_tokens
+        less what each holds): what admission keeps free under ``reserve_full_length``."""
+        growth = self.allocator.growth_slots
+        return sum(growth(r) for r in self.running)
 
     # -- after the step ---------------------------------------------------------------------
 

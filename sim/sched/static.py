@@ -46,12 +46,15 @@ class StaticScheduler(SchedulerBase):
     def _admit_batch(self, out: SchedulerOutput, budget: int) -> None:
         alloc = self.allocator
         longest = max((n for _, n in out.scheduled), default=0)
+        reserved = self.reserved_growth() if self.reserve_full_length and self.waiting else 0
         while self.waiting and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             n = req.num_tokens - req.num_computed_tokens
             if max(longest, n) * (len(out.scheduled) + 1) > budget:
                 break
             keep_free = self.watermark_slots if self.running else 0  # see _admit_waiting
+            future = alloc.growth_slots(req, req.num_computed_tokens + n) if self.reserve_full_length else 0
+            keep_free += reserved + future
             if not alloc.allocate_slots(req, n, keep_free_slots=keep_free):
                 if not self.reject_when_full:
                     break
@@ -63,6 +66,7 @@ class StaticScheduler(SchedulerBase):
             self._mark_admitted(req)
             out.add(req, n)
             longest = max(longest, n)
+            reserved += future
         out.prefill_padding_tokens = sum(longest - n for _, n in out.scheduled)
 
     def _finish(self, req: Request, now: float) -> None:

@@ -46,11 +46,14 @@ def test_stretches_of_decodes_give_exactly_the_step_by_step_results(name) -> Non
     assert steps.shape == steps0.shape and (steps == steps0).all()
 
 
-@pytest.mark.parametrize("profile", ["vllm-v1", "vllm-v0", "sglang", "eager", "trtllm-per-query-head-kv"])
+@pytest.mark.parametrize("profile", ["vllm-v1", "vllm-v0", "sglang", "eager", "trtllm", "trtllm-per-query-head-kv",
+                                     "vllm-v1-reserving"])
 def test_every_profile_with_a_front_end_and_prefix_caching(profile) -> None:
     extra = [f"engine.profile={profile}"]
     if profile == "trtllm-per-query-head-kv":  # decode attention's reads times the query group
         extra = ["engine.profile=trtllm", "engine.profile_overrides.gqa_shared_kv_reads=false"]
+    if profile == "vllm-v1-reserving":  # full-length admission with chunked prefill (trtllm's is unchunked)
+        extra = ["engine.profile=vllm-v1", "engine.profile_overrides.reserve_full_length=true"]
     a = _run("chatbot.yaml", True, extra)
     b = _run("chatbot.yaml", False, extra)
     assert a[1] == b[1] and a[2] == b[2] and (a[3] == b[3]).all()

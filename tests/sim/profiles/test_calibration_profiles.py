@@ -61,6 +61,7 @@ def test_the_summary_reports_the_profile_as_run(tmp_path) -> None:
     ({"vllm-v1": {"graph_mode": "always"}}, "profiles.vllm-v1.graph_mode"),
     ({"vllm-v1": 3}, "profiles.vllm-v1"),
     ({"vllm-v1": {"gqa_shared_kv_reads": 0}}, "profiles.vllm-v1.gqa_shared_kv_reads"),
+    ({"vllm-v1": {"reserve_full_length": "no"}}, "profiles.vllm-v1.reserve_full_length"),
 ])
 def test_a_bad_profiles_section_is_one_line_naming_the_file_and_key(tmp_path, capsys, profiles, key) -> None:
     gpu = _calibration(tmp_path, profiles)
