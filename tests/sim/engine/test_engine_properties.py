@@ -43,7 +43,8 @@ def tiny_scenarios(draw):
         "model": "tiny-llama",
         "gpu": "a100-80gb",
         "engine": {"max_model_len": MAX_MODEL_LEN,
-                   "num_gpu_blocks_override": min_blocks + draw(st.integers(0, 2 * min_blocks))},
+                   "num_gpu_blocks_override": min_blocks + draw(st.integers(0, 2 * min_blocks)),
+                   "profile_overrides": {"reserve_full_length": draw(st.booleans())}},
         "kv": {"allocator": allocator, "block_size": block_size,
                "prefix_caching": allocator == "paged" and draw(st.booleans()),
                "swap_space_gb": draw(st.sampled_from([0.0, 2e-5, 1.0]))},
@@ -64,6 +65,8 @@ def test_random_scenarios_drain_with_exact_accounting(simulate, assert_drained, 
         assert "kv_cache_full" not in reqs["rejected_by_reason"]
     steps = result.steps.array()
     assert (steps["num_seqs"] <= data["scheduler"]["max_num_seqs"]).all()
+    if data["engine"]["profile_overrides"]["reserve_full_length"]:  # admission kept every full length's room
+        assert summary["preemptions"]["recompute"] == summary["preemptions"]["swap"] == 0
     budget = result.scenario.max_num_batched_tokens
     if data["scheduler"]["policy"] != "static":
         assert (steps["num_prefill_tokens"] + steps["num_decode_tokens"] <= budget).all()
@@ -83,7 +86,7 @@ READMITTED_INTO_A_RING = {
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=tiny_scenarios(), profile=st.sampled_from(["eager", "vllm-v1", "vllm-v0", "sglang"]))
+@given(data=tiny_scenarios(), profile=st.sampled_from(["eager", "vllm-v1", "vllm-v0", "sglang", "trtllm"]))
 @example(data=READMITTED_INTO_A_RING, profile="eager")
 def test_random_scenarios_give_the_same_results_in_macro_steps(data, profile) -> None:
     """Stretches of decodes (sim/engine/macro.py) are exact on tight pools, preemption,
