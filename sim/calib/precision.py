@@ -9,10 +9,12 @@ Two optional calibration sections (schema 1 and 2; sim/calib/calibration.py read
       fp16-acc16: 9.89e+14  # fp16 inputs, fp16 accumulate (GeForce cards: twice fp16)
       fp8: 1.979e+15        # fp8 inputs, fp32 accumulate (what serving fp8 GEMMs use)
       int8: 1.979e+15       # int8 inputs, int32 accumulate
+      fp4: 9.0e+15          # fp4 (NVFP4) inputs: Blackwell's tensor cores only
     dequant:                # weight-only GEMMs (W8A16, W4A16, fp8 weight-only): the fraction of the
       int8: 0.85            # bandwidth a bf16 GEMM reads its weights at that they reach (0, 1]
       int4: 0.97
       fp8: 0.85
+      fp4: 1.0              # NVFP4 weights on a GPU without fp4 tensor cores (their bytes count the scales)
       source: text          # optional: where the fractions come from
     mode_efficiency:        # optional: the share of the bf16 GEMMs' achieved efficiency a mode's
       fp8: 0.86             # GEMMs reach of their own peak, in (0, 1] (bf16: 1 by definition)
@@ -47,8 +49,8 @@ from typing import Any
 from sim.errors import ConfigError
 from sim.model.dtypes import dtype_name
 
-COMPUTE_MODES = ("bf16", "fp16", "fp16-acc16", "fp8", "int8")
-DEQUANT_DTYPES = ("int8", "int4", "fp8")
+COMPUTE_MODES = ("bf16", "fp16", "fp16-acc16", "fp8", "int8", "fp4")
+DEQUANT_DTYPES = ("int8", "int4", "fp8", "fp4")
 #: Modes ``mode_efficiency`` may name (bf16 is the reference, 1 by definition).
 EFFICIENCY_MODES = tuple(m for m in COMPUTE_MODES if m != "bf16")
 #: The calibration sections this module reads (sim/calib/calibration.py allows them).
@@ -117,9 +119,9 @@ def gemm_precision(cal: Any, weight_dtype: str | None, weight_dtype_bytes: float
 
     Without ``cal.precision``: the legacy charge (``peak_flops`` for every mode, activations
     in the weight dtype, no dequantisation). With it: None follows the weights (bf16, fp16
-    -> fp16 if the calibration has that peak, else bf16; fp32 -> bf16; fp8 -> fp8 where
-    the GPU has it, else weight-only on bf16 as vLLM's fp8 Marlin does; int8/int4 -> bf16,
-    weight-only); int8, int4 or fp8 weights under a 16-bit mode are weight-only and read at
+    -> fp16 if the calibration has that peak, else bf16; fp32 -> bf16; fp8 (fp4) -> fp8 (fp4)
+    where the GPU has it, else weight-only on bf16 as vLLM's fp8 (fp4) Marlin does; int8/int4 ->
+    bf16, weight-only); int8, int4, fp8 or fp4 weights under a 16-bit mode are weight-only and read at
     ``dequant.<dtype>`` of the bandwidth; activations outside the GEMMs stay 16-bit (4
     bytes for fp32 weights)."""
     p = getattr(cal, "precision", None)
@@ -130,8 +132,8 @@ def gemm_precision(cal: Any, weight_dtype: str | None, weight_dtype_bytes: float
     if mode is None:
         if weights == "fp16" and "fp16" in p.compute_peaks:
             mode = "fp16"
-        elif weights == "fp8" and "fp8" in p.compute_peaks:
-            mode = "fp8"
+        elif weights in ("fp8", "fp4") and weights in p.compute_peaks:
+            mode = weights
         else:
             mode = "bf16"
     weight_only = weights in DEQUANT_DTYPES and mode in SIXTEEN_BIT_MODES

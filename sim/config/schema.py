@@ -52,9 +52,10 @@ class _Frozen(BaseModel):
 # ----------------------------------------------------------------------------- choices
 
 DtypeName = Literal["fp16", "bf16", "fp8", "int8", "int4"]
+WeightDtypeName = Literal["fp16", "bf16", "fp8", "int8", "int4", "fp4"]  # fp4: NVFP4 weights
 #: The math mode of the GEMMs (sim/calib/calibration.py ``compute_peaks``): bf16/fp16 with
-#: fp32 accumulate, fp16 with fp16 accumulate (GeForce cards' faster mode), fp8, int8.
-ComputeDtypeName = Literal["bf16", "fp16", "fp16-acc16", "fp8", "int8"]
+#: fp32 accumulate, fp16 with fp16 accumulate (GeForce cards' faster mode), fp8, int8, fp4.
+ComputeDtypeName = Literal["bf16", "fp16", "fp16-acc16", "fp8", "int8", "fp4"]
 
 # ----------------------------------------------------------------------- distributions
 
@@ -180,7 +181,7 @@ class EngineConfig(_Frozen):
     profile_overrides: ProfileOverrides = ProfileOverrides()
     max_model_len: pos_int("engine.max_model_len") = 8192
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.9
-    weight_dtype: DtypeName = "bf16"
+    weight_dtype: WeightDtypeName = "bf16"
     compute_dtype: ComputeDtypeName | None = None  # None: follows weight_dtype (sim/cost/datasheet.py)
     kv_dtype: DtypeName = "bf16"
     kv_quant_group_size: pos_int("engine.kv_quant_group_size") = 64

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-#: dtype name -> bytes per element (int4 packs two elements in a byte).
-DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+#: dtype name -> bytes per element (int4 packs two elements in a byte; fp4 is NVFP4 as stored:
+#: a 4-bit E2M1 value plus one E4M3 scale per 16 elements, 0.5 + 1/16 bytes; weights only).
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5,
+                                 "fp4": 0.5625}
 
 
 def dtype_name(num_bytes: float) -> str:

@@ -70,7 +70,7 @@ def test_a_section_alone_makes_a_precision() -> None:
     ({"fp8": 1.2}, "mode_efficiency.fp8", "(0, 1]"),
     ({"fp8": "fast"}, "mode_efficiency.fp8", "expected a number"),
     ({"bf16": 0.9}, "mode_efficiency.bf16", "unknown key"),
-    ({"fp4": 0.9}, "mode_efficiency.fp4", "unknown key"),
+    ({"fp6": 0.9}, "mode_efficiency.fp6", "unknown key"),
     ({"fp8": 0.9, "source": ""}, "mode_efficiency.source", "non-empty string"),
     ({}, "mode_efficiency", "non-empty mapping"),
     ([0.9], "mode_efficiency", "non-empty mapping"),
@@ -79,7 +79,7 @@ def test_bad_values_are_one_line_errors(section, key: str, words: str) -> None:
     with pytest.raises(ConfigError) as err:
         calibration_from_dict(_data(mode_efficiency=section), file="bad.yaml")
     assert err.value.key == key and words in str(err.value) and "bad.yaml" in str(err.value)
-    assert set(EFFICIENCY_MODES) == {"fp16", "fp16-acc16", "fp8", "int8"}
+    assert set(EFFICIENCY_MODES) == {"fp16", "fp16-acc16", "fp8", "int8", "fp4"}
 
 
 @pytest.mark.parametrize("gpu", FP8_GPUS)

@@ -32,7 +32,8 @@ def test_shipped_datasheets_have_peaks_and_dequant(name: str) -> None:
     p = cal.precision
     assert p is not None and p.compute_peaks["bf16"] == cal.peak_flops
     assert set(p.compute_peaks) <= set(COMPUTE_MODES) and {"bf16", "fp16", "fp16-acc16", "int8"} <= set(p.compute_peaks)
-    assert all(0 < v <= 1 for v in p.dequant.values()) and set(p.dequant) == {"int8", "int4", "fp8"}
+    assert all(0 < v <= 1 for v in p.dequant.values()) and set(p.dequant) == {"int8", "int4", "fp8", "fp4"}
+    assert ("fp4" in p.compute_peaks) == (name == "b200")  # Blackwell's tensor cores only
     assert p.dequant_source and "compute_peaks" in cal.provenance
     assert p.compute_peaks["int8"] >= 2 * cal.peak_flops * 0.999  # int8 tensor cores: twice bf16 or more
 
@@ -77,7 +78,7 @@ def test_without_the_new_keys_there_is_no_precision() -> None:
 @pytest.mark.parametrize("changes, key, words", [
     ({"compute_peaks": [1, 2]}, "compute_peaks", "mapping"),
     ({"compute_peaks": {}}, "compute_peaks", "mapping"),
-    ({"compute_peaks": {"fp4": 1e15}}, "compute_peaks.fp4", "unknown key; allowed: bf16, fp16, fp16-acc16"),
+    ({"compute_peaks": {"fp6": 1e15}}, "compute_peaks.fp6", "unknown key; allowed: bf16, fp16, fp16-acc16"),
     ({"compute_peaks": {"fp8": -1}}, "compute_peaks.fp8", "outside the allowed range 1e+06 to 1e+18"),
     ({"compute_peaks": {"fp8": 1e19}}, "compute_peaks.fp8", "outside the allowed range"),
     ({"compute_peaks": {"fp8": "fast"}}, "compute_peaks.fp8", "expected a number"),
@@ -87,7 +88,7 @@ def test_without_the_new_keys_there_is_no_precision() -> None:
     ({"dequant": 0.9}, "dequant", "mapping"),
     ({"dequant": {"int8": 0}}, "dequant.int8", "must be in (0, 1]"),
     ({"dequant": {"int4": 1.5}}, "dequant.int4", "must be in (0, 1]"),
-    ({"dequant": {"int2": 0.5}}, "dequant.int2", "unknown key; allowed: int8, int4, fp8, source"),
+    ({"dequant": {"int2": 0.5}}, "dequant.int2", "unknown key; allowed: int8, int4, fp8, fp4, source"),
     ({"dequant": {"int8": 0.9, "source": ""}}, "dequant.source", "non-empty string"),
 ])
 def test_bad_values_are_one_line_errors(changes: dict, key: str, words: str) -> None:
@@ -143,6 +144,9 @@ def test_a_missing_dequant_dtype_is_an_error_only_when_asked() -> None:
     ("h100-sxm", "int8", 1, "int8", "int8", False),  # W8A8 int8 (SmoothQuant)
     ("rtx-4090", "int4", 0.5, "fp16-acc16", "fp16-acc16", True),
     ("h100-sxm", "fp8", 1, "bf16", "bf16", True),
+    ("b200", "fp4", 0.5625, None, "fp4", False),  # W4A4 NVFP4 on Blackwell
+    ("h100-sxm", "fp4", 0.5625, None, "bf16", True),  # no fp4 tensor cores: fp4 Marlin, weight-only
+    ("b200", "fp8", 1, None, "fp8", False),
 ])
 def test_compute_dtype_follows_the_weights(gpu, weights, nbytes, compute, expected, weight_only) -> None:
     cal = load_calibration(gpu)

@@ -18,7 +18,7 @@ from sim.model.hf_config import load_model
 from sim.model.spec import (
     MOE_ROUTING_KERNELS_PER_LAYER, elementwise_bytes_per_token, kv_bytes_per_token, moe_routing_bytes_per_token)
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5, "fp4": 0.5625}
 
 
 def cost(gpu, model="llama-3-8b", weights="bf16", compute=None, **replace):
@@ -72,6 +72,22 @@ def test_fp8_compute_halves_a_compute_bound_prefill_on_h100() -> None:
     peak_only = cost("h100-sxm", weights="fp8", precision=dataclasses.replace(
         load_calibration("h100-sxm").precision, mode_efficiency=None))
     assert 1.6 < prefill_time_s(bf16, 8192) / prefill_time_s(peak_only, 8192) < 2.0  # at the datasheet ratio
+
+
+def test_fp4_on_b200_runs_its_gemms_at_the_fp4_rate_and_reads_nvfp4_bytes() -> None:
+    cal = load_calibration("b200")
+    eff = cal.precision.mode_efficiency
+    fp8, fp4 = cost("b200", weights="fp8"), cost("b200", weights="fp4")
+    assert (fp8.compute_dtype, fp4.compute_dtype) == ("fp8", "fp4")
+    for (w8, f8, _), (w4, f4, _) in zip(fp8.dense_ops, fp4.dense_ops):
+        assert w4 / w8 == pytest.approx(0.5625)  # 4-bit values plus an 8-bit scale per 16
+        assert f8 / f4 == pytest.approx(9.0 / 4.5 * eff["fp4"] / eff["fp8"])
+    assert prefill_time_s(fp4, 8192) < prefill_time_s(fp8, 8192)
+    assert decode_step_time_s(fp4, batch_size=1, context_tokens=512) < decode_step_time_s(fp8, batch_size=1,
+                                                                                          context_tokens=512)
+    with pytest.raises(ConfigError) as err:  # Hopper has no fp4 tensor cores
+        cost("h100-sxm", weights="fp4", compute="fp4")
+    assert err.value.key == "compute_peaks.fp4"
 
 
 def test_fp8_compute_on_a100_is_an_error_naming_the_file_and_modes() -> None:
