@@ -114,6 +114,8 @@ def _trial(torch, device, fn) -> str | None:
 def _why_not(torch, device, mode: str, gen) -> str | None:
     """None if ``mode`` can be measured on ``device``, else why not (one line)."""
     cuda = device.type == "cuda"
+    if mode == "fp4":  # NVFP4 needs block-scaled operands (swizzled E4M3 scales per 16): no plain torch call
+        return "fp4 (NVFP4) GEMMs are not measured by microbench; the datasheet's peak stays"
     if mode == "fp16-acc16":
         if not cuda:
             return "fp16 accumulation is a CUDA (cuBLAS) mode"

@@ -85,8 +85,9 @@ def test_cpu_calibrate_measures_peaks_and_writes_a_loadable_compute_peaks(tmp_pa
 
 def test_unsupported_modes_are_skipped_with_one_line_notes(monkeypatch) -> None:
     modes, dequant, notes = peak_support(torch, CPU)
-    assert modes[:2] == ["bf16", "fp16"] and "fp8" not in modes and not dequant
+    assert modes[:2] == ["bf16", "fp16"] and "fp8" not in modes and "fp4" not in modes and not dequant
     assert all("\n" not in n for n in notes)
+    assert any(n.startswith("compute peak fp4: skipped (fp4 (NVFP4) GEMMs are not measured") for n in notes)
 
     def broken(*_a, **_k):
         raise RuntimeError("no int8 GEMM on this device\nsecond line")
@@ -178,8 +179,8 @@ def test_weight_only_records_fit_dequant_int8(tmp_path) -> None:
 def test_peak_records_are_checked() -> None:
     rec = _peak("fp8", 64, 1e12)
     assert check_record(rec, file="m.jsonl", where="line 1") is rec
-    with pytest.raises(ConfigError, match=r"line 2\.mode: got 'fp4'; allowed: bf16, fp16"):
-        check_record(dict(rec, mode="fp4"), file="m.jsonl", where="line 2")
+    with pytest.raises(ConfigError, match=r"line 2\.mode: got 'fp6'; allowed: bf16, fp16"):
+        check_record(dict(rec, mode="fp6"), file="m.jsonl", where="line 2")
     with pytest.raises(ConfigError, match=r"line 3\.k: expected a finite number"):
         check_record({k: v for k, v in rec.items() if k != "k"}, file="m.jsonl", where="line 3")
     gemv = {"kernel": "weight_only_gemv", "m": 1, "n": 64, "k": 64, "dtype": "int3", "time_s": 1e-6}

@@ -127,9 +127,9 @@ def test_uniform_model_exact_equals_simulated(capsys) -> None:
 
 def test_bad_weight_dtype_names_the_flag() -> None:
     with pytest.raises(ConfigError) as err:
-        run_kv(parse(["--model", "llama-3-8b", "--weight-dtype", "fp4"]))
+        run_kv(parse(["--model", "llama-3-8b", "--weight-dtype", "fp6"]))
     assert err.value.key == "--weight-dtype"
-    assert "allowed: fp32, bf16, fp16, fp8, int8, int4" in err.value.message
+    assert "allowed: fp32, bf16, fp16, fp8, int8, int4, fp4" in err.value.message
 
 
 def test_bad_config_json_through_the_command_line(tmp_path, capsys) -> None:
