@@ -237,8 +237,7 @@ class PagedAllocator:
         return len(self.block_tables.get(req.request_id, ())) * self.block_size
 
     def growth_slots(self, req: Request, num_tokens: int | None = None) -> int:
-        B = self.block_size
-        blocks = self.budget.num_blocks if self._bounded else (lambda t, b: -(-t // b))
+        B, blocks = self.block_size, self.budget.num_blocks  # ceil(tokens / B) without a token budget
         full = blocks(req.num_prompt_tokens + req.max_tokens, B)
         held = len(self.block_tables.get(req.request_id, ())) if num_tokens is None else blocks(num_tokens, B)
         return (full - held) * B if full > held else 0
