@@ -136,13 +136,7 @@ class SchedulerBase:
                 if not chunked:
                     break
                 n = budget
-            # The watermark protects running requests' growth; with none running it is
-            # waived, so a request that needs more than the rest of the pool still runs.
-            keep_free = self.watermark_slots if self.running else 0
-            future = 0
-            if self.reserve_full_length:  # the running requests' growth and this one's own
-                future = alloc.growth_slots(req, req.num_computed_tokens + cached + n)
-                keep_free += reserved + future
+            keep_free, future = self._admission_keep_free(req, req.num_computed_tokens + cached + n, reserved)
             if not alloc.allocate_slots(req, n, cached, keep_free_slots=keep_free):
                 if self.reject_when_full:
                     self.waiting.popleft()
@@ -159,6 +153,18 @@ class SchedulerBase:
             budget -= n
             reserved += future
         return budget
+
+    def _admission_keep_free(self, req: Request, tokens_after: int, reserved: int) -> tuple[int, int]:
+        """(slots to leave free when admitting ``req`` with ``tokens_after`` tokens, the slots
+        it may still take after that). The watermark protects running requests' growth; with
+        none running it is waived, so a request that needs more than the rest of the pool
+        still runs. Under ``reserve_full_length`` the running requests' growth (``reserved``)
+        and this one's own are kept free as well."""
+        keep_free = self.watermark_slots if self.running else 0
+        if not self.reserve_full_length:
+            return keep_free, 0
+        future = self.allocator.growth_slots(req, tokens_after)
+        return keep_free + reserved + future, future
 
     def reserved_growth(self) -> int:
         """Slots the running requests may still take before they finish (prompt + max_tokens

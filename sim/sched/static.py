@@ -52,9 +52,7 @@ class StaticScheduler(SchedulerBase):
             n = req.num_tokens - req.num_computed_tokens
             if max(longest, n) * (len(out.scheduled) + 1) > budget:
                 break
-            keep_free = self.watermark_slots if self.running else 0  # see _admit_waiting
-            future = alloc.growth_slots(req, req.num_computed_tokens + n) if self.reserve_full_length else 0
-            keep_free += reserved + future
+            keep_free, future = self._admission_keep_free(req, req.num_computed_tokens + n, reserved)
             if not alloc.allocate_slots(req, n, keep_free_slots=keep_free):
                 if not self.reject_when_full:
                     break
