@@ -5,13 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from sim.config.limits import pos_float
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+from sim.config.limits import FrozenModel as _Frozen, pos_float
 
 
 class PoissonArrival(_Frozen):

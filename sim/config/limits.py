@@ -14,9 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from sim.model.memory import MAX_GPU_BLOCKS
+
+class FrozenModel(BaseModel):
+    """The base of the scenario's sections: unknown keys refused, values immutable, no coercion."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
 
 #: Longest sequence, in tokens: above the longest context window of any released model (10M).
 MAX_TOKENS = 1 << 24

@@ -9,12 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from sim.config.arrival_schema import (  # noqa: F401 (re-exported)
     ArrivalProcess, ConstantArrival, GammaArrival, OfflineArrival, PoissonArrival)
 from sim.config.cluster_schema import ClusterConfig
-from sim.config.limits import nonneg_float, nonneg_int, pos_float, pos_int
+from sim.config.limits import FrozenModel as _Frozen, nonneg_float, nonneg_int, pos_float, pos_int
 from sim.config.paths import resolve_in
 from sim.config.profile_schema import PipelineMode, ProfileChoice, ProfileOverrides, apply_profile_defaults
 from sim.cost.profile import DEFAULT_PROFILE
@@ -43,10 +43,6 @@ PosFloat = Annotated[float, Field(gt=0)]
 def _choice(enum):
     """An enum field that accepts its string values (strict mode would demand the enum)."""
     return Annotated[enum, Field(strict=False)]
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 # ----------------------------------------------------------------------------- choices
