@@ -50,7 +50,8 @@ def _check_real_engine(sc, device) -> None:
     """The real engine runs dense Llama-style models and must fit in the device's memory:
     refuse, in one line, what would crash or exhaust the machine minutes later."""
     from sim.engine.parts import build_plan
-    from sim.model.spec import kv_bytes_per_token, weight_bytes
+    from sim.model.spec import kv_bytes_per_token
+    from sim.model.weights import weight_bytes
 
     model, _, plan = build_plan(sc)
     if model.is_mla or model.is_moe:

@@ -29,7 +29,7 @@ PROFILES = ("eager", "vllm-v1", "vllm-v0", "sglang", "trtllm", "compiled")  # si
 REQUIRES = ("pipeline_parallel", "replicas", "disaggregation")
 
 TOP_KEYS = {"id", "family", "engine", "engine_version", "profile", "citation", "published",
-            "scenario", "notes", "requires", "compute_dtype"}
+            "scenario", "notes", "requires", "compute_dtype", "embedding_dtype"}
 REQUIRED_KEYS = ("id", "family", "engine", "engine_version", "profile", "citation",
                  "published", "scenario", "notes")
 CITATION_KEYS = ("url", "where", "quote", "setup")
@@ -85,6 +85,7 @@ class Case:
     path: Path
     requires: list[str] = field(default_factory=list)
     compute_dtype: str | None = None
+    embedding_dtype: str | None = None  # the engine's lm_head / embedding dtype when not the default
 
     @property
     def runnable(self) -> bool:
@@ -148,10 +149,12 @@ def load_case(path: str | Path) -> Case:
           f"allowed: {', '.join(REQUIRES)}")
     cd = data.get("compute_dtype")
     _need(cd is None or isinstance(cd, str), path, "compute_dtype", "must be a dtype name")
+    ed = data.get("embedding_dtype")
+    _need(ed is None or isinstance(ed, str), path, "embedding_dtype", "must be a dtype name")
     return Case(id=data["id"], family=data["family"], engine=data["engine"],
                 engine_version=str(data["engine_version"]), profile=data["profile"],
                 citation=cit, published=pub, scenario=data["scenario"], notes=data["notes"],
-                path=path, requires=list(req), compute_dtype=cd)
+                path=path, requires=list(req), compute_dtype=cd, embedding_dtype=ed)
 
 
 def load_cases(cases_dir: str | Path = CASES_DIR, only: list[str] | None = None) -> list[Case]:
@@ -175,15 +178,16 @@ def engine_fields() -> set[str]:
 
 
 def scenario_dict(case: Case) -> dict:
-    """The case's scenario mapping with name, and profile / compute_dtype when supported."""
+    """The case's scenario mapping with name, and profile / compute_dtype / embedding_dtype when supported."""
     data = copy.deepcopy(case.scenario)
     data.setdefault("name", case.id)
     fields = engine_fields()
     eng = data.setdefault("engine", {})
     if "profile" in fields:
         eng.setdefault("profile", case.profile)
-    if case.compute_dtype is not None and "compute_dtype" in fields:
-        eng.setdefault("compute_dtype", case.compute_dtype)
+    for key in ("compute_dtype", "embedding_dtype"):
+        if getattr(case, key) is not None and key in fields:
+            eng.setdefault(key, getattr(case, key))
     return data
 
 

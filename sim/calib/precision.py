@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.errors import ConfigError
-from sim.model.dtypes import dtype_name
+from sim.model.dtypes import DTYPE_BYTES, dtype_name, embedding_dtype
 
 COMPUTE_MODES = ("bf16", "fp16", "fp16-acc16", "fp8", "int8", "fp4")
 DEQUANT_DTYPES = ("int8", "int4", "fp8", "fp4")
@@ -142,6 +142,19 @@ def gemm_precision(cal: Any, weight_dtype: str | None, weight_dtype_bytes: float
     return GemmPrecision(mode, peak, efficiency, max(2.0, weight_dtype_bytes), weight_only)
 
 
+def embedding_precision(cal: Any, weight_dtype: str | None, weight_dtype_bytes: float, compute_dtype: str | None,
+                        embedding: str | None = None) -> tuple[float, GemmPrecision]:
+    """(bytes per lm_head weight, the lm_head GEMM's GemmPrecision): the vocabulary matrices' dtype
+    by ``sim.model.dtypes.embedding_dtype`` (``embedding``, else bf16 under quantized weights). The
+    layers' precision when it is the weights' dtype; else its own, following its weights (a bf16
+    lm_head runs a bf16 GEMM beside fp8 layers)."""
+    weights = weight_dtype or dtype_name(weight_dtype_bytes)
+    head = embedding_dtype(weights, embedding)
+    if head == weights:
+        return weight_dtype_bytes, gemm_precision(cal, weight_dtype, weight_dtype_bytes, compute_dtype)
+    return DTYPE_BYTES[head], gemm_precision(cal, head, DTYPE_BYTES[head], None)
+
+
 def _number(value: Any, file: str, key: str, *, fraction: bool = False) -> float:
     """A finite number: a fraction in (0, 1], or a peak within PEAK_RANGE."""
     if isinstance(value, str) and _FLOAT_RE.match(value.strip()):
@@ -230,4 +243,5 @@ def precision_to_dict(p: Precision | None) -> dict:
 
 
 __all__ = ["COMPUTE_MODES", "DEQUANT_DTYPES", "EFFICIENCY_MODES", "PRECISION_KEYS", "GemmPrecision", "Precision", "gemm_precision",
+           "embedding_precision",
            "precision_from_dict", "precision_to_dict"]

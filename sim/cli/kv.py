@@ -13,11 +13,12 @@ from typing import Any
 
 from sim.errors import ConfigError
 from sim.model.attention import attention_layers, is_mixed, kv_bytes_per_seq, simulator_bytes_per_seq
-from sim.model.dtypes import DTYPE_BYTES
+from sim.model.dtypes import DTYPE_BYTES, embedding_dtype
 from sim.model.parallel import (
     check_pipeline_parallel, check_tensor_parallel, kv_heads_per_gpu, shard_model, stage_layers, stage_models,
     stage_weight_bytes)
-from sim.model.spec import KVDtype, kv_bytes_per_token, max_kv_tokens_per_seq, weight_bytes
+from sim.model.spec import KVDtype, kv_bytes_per_token, max_kv_tokens_per_seq
+from sim.model.weights import weight_bytes
 from sim.model.hf_config import load_model
 
 CLI = "<cli>"
@@ -35,6 +36,9 @@ def add_kv_parser(subparsers: Any) -> None:
                    help="KV cache element type (default bf16; fp16 is the same size)")
     p.add_argument("--weight-dtype", default="bf16", metavar="|".join(DTYPE_BYTES),
                    help="weight element type (default bf16): the weights' memory, hence the KV pool")
+    p.add_argument("--embedding-dtype", default=None, metavar="|".join(DTYPE_BYTES),
+                   help="the embedding table and lm_head (default: bf16 under quantized weights, as FP8,"
+                        " AWQ/GPTQ and NVFP4 checkpoints ship them; GGUF files quantize them too)")
     p.add_argument("--quant-group-size", default="64", metavar="N",
                    help="int8/int4: elements per scale (default 64)")
     p.add_argument("--block-size", default="16", metavar="N", help="tokens per KV block (default 16)")
@@ -78,6 +82,11 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
     weight_dtype = str(getattr(args, "weight_dtype", "bf16")).lower()
     if weight_dtype not in DTYPE_BYTES:
         raise ConfigError(CLI, "--weight-dtype", f"got {args.weight_dtype!r}; allowed: {', '.join(DTYPE_BYTES)}")
+    embedding = getattr(args, "embedding_dtype", None)
+    if embedding is not None and str(embedding).lower() not in DTYPE_BYTES:
+        raise ConfigError(CLI, "--embedding-dtype", f"got {embedding!r}; allowed: {', '.join(DTYPE_BYTES)}")
+    embedding = embedding_dtype(weight_dtype, None if embedding is None else str(embedding).lower())
+    vocab_bytes = DTYPE_BYTES[embedding]
     group = _number(args.quant_group_size, "--quant-group-size", int)
     block_size = _number(args.block_size, "--block-size", int)
     util = _number(args.gpu_memory_utilization, "--gpu-memory-utilization", float, upper=1.0)
@@ -98,15 +107,16 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
         "is_mla": model.is_mla, "sliding_window": model.sliding_window,
         "attention_layers": attention_layers(model), "is_moe": model.is_moe,
         "num_params": model.num_params, "num_active_params": model.num_active_params,
-        "weight_dtype": weight_dtype, "weight_bytes": weight_bytes(model, DTYPE_BYTES[weight_dtype]),
+        "weight_dtype": weight_dtype, "embedding_dtype": embedding,
+        "weight_bytes": weight_bytes(model, DTYPE_BYTES[weight_dtype], vocab_bytes),
         "max_model_len": max_model_len, "tensor_parallel_size": tp, "pipeline_parallel_size": pp,
     }
     if pp > 1:
         out["stage_layers"] = list(stage_layers(model.num_layers, pp))
     if tp > 1 or pp > 1:  # per GPU: its share of the weights and of every token's KV (the largest stage's)
         shards = [shard_model(st, tp) for st in stage_models(model, pp)]
-        out |= {"weight_bytes_per_gpu": max(weight_bytes(shard, DTYPE_BYTES[weight_dtype]) if pp == 1 else
-                                            stage_weight_bytes(sh, i, pp, DTYPE_BYTES[weight_dtype])
+        out |= {"weight_bytes_per_gpu": max(weight_bytes(shard, DTYPE_BYTES[weight_dtype], vocab_bytes) if pp == 1
+                                            else stage_weight_bytes(sh, i, pp, DTYPE_BYTES[weight_dtype], vocab_bytes)
                                             for i, sh in enumerate(shards)),
                 "kv_heads_per_gpu": None if model.is_mla else kv_heads_per_gpu(model, tp),
                 "bytes_per_token_per_gpu": max(kv_bytes_per_token(sh, kv_dtype, quant_group_size=group)
@@ -121,7 +131,8 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
                 "simulator_bytes_per_seq": simulator_bytes_per_seq(
                     model, kv_dtype, max_model_len, block_size=block_size, quant_group_size=group)}
     if args.gpu is not None:
-        out |= _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, weight_dtype, tp, pp)
+        out |= _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, weight_dtype, tp, pp,
+                            vocab_bytes)
         if is_mixed(model) and pp == 1:  # the plan counts every layer at full length: give the exact figures
             seq = kv_bytes_per_seq(shard, kv_dtype, max_model_len, block_size=block_size, quant_group_size=group)
             seqs = out["kv_pool_bytes"] // seq
@@ -132,7 +143,7 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, weight_dtype, tp,
-                 pp=1) -> dict[str, Any]:
+                 pp=1, vocab_bytes=None) -> dict[str, Any]:
     from sim.calib.calibration import load_calibration  # noqa: PLC0415
     from sim.model.memory import plan_memory  # noqa: PLC0415
 
@@ -147,7 +158,8 @@ def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, 
                            max_num_seqs=_number(args.max_num_seqs, "--max-num-seqs", int),
                            max_num_batched_tokens=_number(args.max_num_batched_tokens,
                                                           "--max-num-batched-tokens", int),
-                           tensor_parallel_size=tp, pipeline_parallel_size=pp, source=CLI)
+                           tensor_parallel_size=tp, pipeline_parallel_size=pp, embedding_bytes=vocab_bytes,
+                           source=CLI)
     except ConfigError as exc:  # name the flag the user can change
         flag = {"tensor_parallel_size": "--tp", "pipeline_parallel_size": "--pp"}.get(
             exc.key, "--" + exc.key.replace("_", "-"))
@@ -201,7 +213,8 @@ def _print_table(r: dict[str, Any]) -> None:
     if r["is_moe"]:
         params += f" total, {r['num_active_params'] / 1e9:,.2f} B active per token"
     rows.append(("parameters", params))
-    rows.append((f"weights ({r['weight_dtype']}, {DTYPE_BYTES[r['weight_dtype']]:g} bytes/param)",
+    vocab = "" if r["embedding_dtype"] == r["weight_dtype"] else f"; embedding and lm_head {r['embedding_dtype']}"
+    rows.append((f"weights ({r['weight_dtype']}, {DTYPE_BYTES[r['weight_dtype']]:g} bytes/param{vocab})",
                  _human_bytes(r["weight_bytes"])))
     tp = r["tensor_parallel_size"]
     gpu = " per GPU" if tp > 1 else ""

@@ -179,6 +179,7 @@ class EngineConfig(_Frozen):
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.9
     weight_dtype: WeightDtypeName = "bf16"
     compute_dtype: ComputeDtypeName | None = None  # None: follows weight_dtype (sim/cost/datasheet.py)
+    embedding_dtype: WeightDtypeName | None = None  # None: bf16 under quantized weights (sim/model/dtypes.py)
     kv_dtype: DtypeName = "bf16"
     kv_quant_group_size: pos_int("engine.kv_quant_group_size") = 64
     activation_peak_bytes: nonneg_int("engine.activation_peak_bytes") | None = None

@@ -17,16 +17,18 @@ from sim.model.spec import KVDtype, ModelSpec
 def build_cost_model(model: ModelSpec, calibration: Calibration, kv_dtype: KVDtype | str = KVDtype.BF16,
                      weight_dtype_bytes: float = 2, *, quant_group_size: int = 64,
                      weight_dtype: str | None = None, compute_dtype: str | None = None,
-                     tensor_parallel_size: int = 1) -> CostModel:
+                     embedding_dtype: str | None = None, tensor_parallel_size: int = 1) -> CostModel:
     """The cost model of ``model`` on ``calibration`` (activations are in the weight dtype):
     a ``FittedCost`` when the calibration has a fitted ``gemm``, else a ``DatasheetCost``.
 
     ``weight_dtype`` names the weights' element type (fp8 and int8 are both one byte);
-    ``compute_dtype`` the GEMMs' math mode (None: the weight dtype's own);
+    ``compute_dtype`` the GEMMs' math mode (None: the weight dtype's own); ``embedding_dtype`` the
+    lm_head's weights (None: sim.model.dtypes.embedding_dtype's rule: bf16 under quantized weights);
     ``tensor_parallel_size`` the GPUs one replica is split over (sim/model/parallel.py)."""
     build = build_fitted_cost if "gemm" in calibration.kernels else build_datasheet_cost
     return build(model, calibration, kv_dtype, weight_dtype_bytes, quant_group_size=quant_group_size,
-                 weight_dtype=weight_dtype, compute_dtype=compute_dtype, tensor_parallel_size=tensor_parallel_size)
+                 weight_dtype=weight_dtype, compute_dtype=compute_dtype, embedding_dtype=embedding_dtype,
+                 tensor_parallel_size=tensor_parallel_size)
 
 
 def build_profiled_cost(model: ModelSpec, calibration: Calibration, profile: EngineProfile, *,

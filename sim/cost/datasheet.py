@@ -12,7 +12,8 @@ Precision below), eff(m) = eff_max x m / (m + m_half).
             layers x smax(weight_bytes / B, 2 m n k / (F eff(m))) + layers x kernel_launch_s
         routed experts: of E experts, m tokens x top-k touch E (1 - (1 - k/E)^m) on average;
         only those are read, and each sees m k / touched rows
-      + lm_head: the same with m = num_seqs (only each sequence's last token needs logits)
+      + lm_head: the same with m = num_seqs (only each sequence's last token needs logits), in
+        its own dtype: bf16 beside quantized layers (sim/model/dtypes.py embedding_dtype)
       + decode attention: decode_kv_tokens x kv_bytes_per_token / B (x decode_kv_reads, the query
         heads per KV head, under a profile whose kernel reads a KV head once per query head)
       + prefill attention: prefill_attn_pairs x attn_flops_per_pair / (F eff_max)
@@ -77,7 +78,7 @@ from typing import Callable
 from sim.calib.calibration import Calibration
 from sim.calib.interconnect import require_interconnect
 from sim.calib.kernel_models import RIDGE_SHARPNESS
-from sim.calib.precision import gemm_precision
+from sim.calib.precision import embedding_precision, gemm_precision
 from sim.cost.shape import BatchShape
 from sim.model.parallel import shard_model
 from sim.model.spec import (
@@ -224,10 +225,11 @@ def build_collectives(model: ModelSpec, calibration: Calibration, tp: int, act_b
 def build_datasheet_cost(model: ModelSpec, calibration: Calibration, kv_dtype: KVDtype | str = KVDtype.BF16,
                          weight_dtype_bytes: float = 2, *, quant_group_size: int = 64,
                          weight_dtype: str | None = None, compute_dtype: str | None = None,
-                         tensor_parallel_size: int = 1) -> DatasheetCost:
+                         embedding_dtype: str | None = None, tensor_parallel_size: int = 1) -> DatasheetCost:
     """Precompute the constants of ``DatasheetCost.step_time_s``; ``weight_dtype`` and
-    ``compute_dtype`` pick the math mode and dequantisation, ``tensor_parallel_size`` the GPUs
-    the model is split over (module docstring)."""
+    ``compute_dtype`` pick the math mode and dequantisation, ``embedding_dtype`` the lm_head's
+    (sim.calib.precision.embedding_precision), ``tensor_parallel_size`` the GPUs the model is split
+    over (module docstring)."""
     cal = calibration
     gp = gemm_precision(cal, weight_dtype, weight_dtype_bytes, compute_dtype)
     collectives = build_collectives(model, cal, tensor_parallel_size, gp.act_bytes, cal.kernel_launch_s)
@@ -245,6 +247,8 @@ def build_datasheet_cost(model: ModelSpec, calibration: Calibration, kv_dtype: K
         else:
             dense.append((w, f, op.num_layers * launch))
     head = lm_head_op(model)
+    head_bytes, hp = embedding_precision(cal, weight_dtype, weight_dtype_bytes, compute_dtype, embedding_dtype)
+    head_bw, head_flops = bw * hp.weight_read_efficiency, hp.peak_flops * cal.compute_eff_max
     kv_bytes = kv_bytes_per_token(model, kv_dtype, quant_group_size=quant_group_size)
     kernels = model.num_layers * (NON_GEMM_KERNELS_PER_LAYER + 1)
     kernels += model.num_moe_layers * MOE_ROUTING_KERNELS_PER_LAYER if model.is_moe else 0
@@ -254,7 +258,7 @@ def build_datasheet_cost(model: ModelSpec, calibration: Calibration, kv_dtype: K
     return DatasheetCost(
         model_name=name, calibration_name=cal.name, kv_dtype=KVDtype(kv_dtype),
         m_half_tokens=cal.compute_m_half_tokens, dense_ops=tuple(dense), expert_ops=tuple(experts),
-        lm_head=(head.k * head.n * weight_dtype_bytes / weight_bw, 2 * head.k * head.n / flops, launch),
+        lm_head=(head.k * head.n * head_bytes / head_bw, 2 * head.k * head.n / head_flops, launch),
         kv_read_s_per_token=kv_bytes / bw,
         attn_s_per_pair=attn_flops_per_pair(model) / (cal.peak_flops * cal.compute_eff_max),
         elementwise_s_per_token=traffic / bw,

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from sim.calib.calibration import Calibration
 from sim.calib.composition import Composition
 from sim.calib.kernel_models import KernelFit, analytic_s, roofline_s
-from sim.calib.precision import gemm_precision
+from sim.calib.precision import embedding_precision, gemm_precision
 from sim.cost.datasheet import build_collectives, collectives_s
 from sim.cost.shape import BatchShape
 from sim.model.dtypes import dtype_name
@@ -94,17 +94,20 @@ class FittedCost:
     moe_routing_bytes_per_token: float = 0.0
     moe_routing_launches: int = 0  # per step: MoE layers x routing kernels
     collectives: tuple[int, float, float, float, float] | None = None  # tensor parallelism (datasheet.py)
+    head_gemm: tuple | None = None  # (dtype, params, measured) of the lm_head when its dtype differs
 
     def without_composition(self) -> FittedCost:
         return dataclasses.replace(self, composition=None) if self.composition is not None else self
 
-    def _gemm(self, m: float, n: int, k: int) -> float:
-        dtype = self.gemm_dtype or self.dtype
-        if self.gemm_params is None or (n, k, dtype) in self.gemm_measured:
+    def _gemm(self, m: float, n: int, k: int, gemm: tuple | None = None) -> float:
+        """One GEMM's time in the layers' precision, or in ``gemm`` = (dtype, params, measured)."""
+        dtype, params, measured = gemm or (self.gemm_dtype, self.gemm_params, self.gemm_measured)
+        dtype = dtype or self.dtype
+        if params is None or (n, k, dtype) in measured:
             return self.cal.predict("gemm", m=m, n=n, k=k, dtype=dtype)
-        if isinstance(self.gemm_params, KernelFit):  # the fitted form, its params scaled to the math mode
-            return self.gemm_params.analytic_s(m=m, n=n, k=k, dtype=dtype)
-        return analytic_s(self.gemm_params, "gemm", dict(m=m, n=n, k=k, dtype=dtype))
+        if isinstance(params, KernelFit):  # the fitted form, its params scaled to the math mode
+            return params.analytic_s(m=m, n=n, k=k, dtype=dtype)
+        return analytic_s(params, "gemm", dict(m=m, n=n, k=k, dtype=dtype))
 
     def step_parts(self, shape: BatchShape) -> dict[str, float]:
         """The kernel sum's terms, seconds by kernel (no composition); empty without tokens."""
@@ -120,7 +123,7 @@ class FittedCost:
             touched = num_experts * (1.0 - (1.0 - top_k / num_experts) ** m)
             gemm += layers * touched * self._gemm(max(1.0, m * top_k / touched), n, k)
         if num_seqs > 0:
-            gemm += self._gemm(num_seqs, *self.lm_head)
+            gemm += self._gemm(num_seqs, *self.lm_head, self.head_gemm)
         parts["gemm"] = gemm
         parts["rmsnorm"] = L * 2 * cal.predict("rmsnorm", num_tokens=m, hidden_size=self.hidden_size,
                                                dtype=self.dtype)
@@ -178,11 +181,12 @@ class FittedCost:
 
 
 def _gemm_precision(cal: Calibration, weight_dtype: str | None, weight_dtype_bytes: float,
-                    compute_dtype: str | None) -> tuple[str | None, dict | None, frozenset, float]:
+                    compute_dtype: str | None, gp=None) -> tuple[str | None, dict | None, frozenset, float]:
     """(the GEMMs' dtype, the analytic params for the math mode, the measured (n, k, dtype)
     rows, activation bytes); (None, None, frozenset(), weight bytes) without precision sections.
-    The form is the fitted gemm with its params scaled (a plain roofline without a fitted gemm)."""
-    gp = gemm_precision(cal, weight_dtype, weight_dtype_bytes, compute_dtype)
+    The form is the fitted gemm with its params scaled (a plain roofline without a fitted gemm).
+    ``gp``: the GemmPrecision when the caller has it (the lm_head's)."""
+    gp = gp or gemm_precision(cal, weight_dtype, weight_dtype_bytes, compute_dtype)
     if cal.precision is None:
         return None, None, frozenset(), gp.act_bytes
     if gp.weight_only:
@@ -205,9 +209,10 @@ def _gemm_precision(cal: Calibration, weight_dtype: str | None, weight_dtype_byt
 def build_fitted_cost(model: ModelSpec, cal: Calibration, kv_dtype: KVDtype | str = KVDtype.BF16,
                       weight_dtype_bytes: float = 2, *, quant_group_size: int = 64,
                       weight_dtype: str | None = None, compute_dtype: str | None = None,
-                      tensor_parallel_size: int = 1) -> FittedCost:
+                      embedding_dtype: str | None = None, tensor_parallel_size: int = 1) -> FittedCost:
     """Precompute the shapes and per-token quantities of ``FittedCost.step_time_s``; with
-    ``tensor_parallel_size`` > 1 those of one GPU's share, plus the collectives."""
+    ``tensor_parallel_size`` > 1 those of one GPU's share, plus the collectives. The lm_head
+    runs in its own dtype where it differs from the layers' (sim.calib.precision.embedding_precision)."""
     gp = gemm_precision(cal, weight_dtype, weight_dtype_bytes, compute_dtype)
     collectives = build_collectives(model, cal, tensor_parallel_size, gp.act_bytes, cal.kernel_launch_s)
     name, model = model.name, shard_model(model, tensor_parallel_size)  # the model itself on one GPU
@@ -230,6 +235,13 @@ def build_fitted_cost(model: ModelSpec, cal: Calibration, kv_dtype: KVDtype | st
     q_heads_dim = model.num_attention_heads * (model.v_head_dim if model.is_mla else model.head_dim)
     gemm_dtype, gemm_params, measured, act_bytes = _gemm_precision(cal, weight_dtype, weight_dtype_bytes,
                                                                    compute_dtype)
+    head_bytes, hp = embedding_precision(cal, weight_dtype, weight_dtype_bytes, compute_dtype, embedding_dtype)
+    head_gemm = None
+    if head_bytes != weight_dtype_bytes or hp != gemm_precision(cal, weight_dtype, weight_dtype_bytes, compute_dtype):
+        head_name = dtype_name(head_bytes)
+        head_gemm = _gemm_precision(cal, head_name, head_bytes, None, hp)[:3]
+        if head_gemm[0] is None:  # no precision sections: the legacy GEMM of the lm_head's element size
+            head_gemm = (head_name, None, frozenset())
     routing_launches = model.num_moe_layers * MOE_ROUTING_KERNELS_PER_LAYER if model.is_moe else 0
     return FittedCost(
         model_name=name, calibration_name=cal.name, kv_dtype=KVDtype(kv_dtype),
@@ -242,4 +254,4 @@ def build_fitted_cost(model: ModelSpec, cal: Calibration, kv_dtype: KVDtype | st
         elementwise=elementwise, other_measured_bytes_per_token=h * weight_dtype_bytes,
         composition=cal.composition, gemm_dtype=gemm_dtype, gemm_params=gemm_params, gemm_measured=measured,
         moe_routing_bytes_per_token=moe_routing_bytes_per_token(model, act_bytes),
-        moe_routing_launches=routing_launches, collectives=collectives)
+        moe_routing_launches=routing_launches, collectives=collectives, head_gemm=head_gemm)

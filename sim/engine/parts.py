@@ -22,7 +22,7 @@ from sim.errors import ConfigError
 from sim.kv import make_allocator
 from sim.kv.swap import SwapSpace
 from sim.kv.token_budget import TokenBudget, TokenEviction
-from sim.model.dtypes import DTYPE_BYTES
+from sim.model.dtypes import DTYPE_BYTES, embedding_dtype
 from sim.model.memory import MemoryPlan, check_fits_one_sequence, plan_memory
 from sim.model.parallel import PP_KEY, TP_KEY, check_pipeline_parallel, check_tensor_parallel
 from sim.model.spec import KVDtype, ModelSpec
@@ -61,6 +61,7 @@ def build_plan(sc: Scenario):
         runtime_overhead_bytes=eng.runtime_overhead_bytes, quant_group_size=eng.kv_quant_group_size,
         num_gpu_blocks_override=eng.num_gpu_blocks_override, tensor_parallel_size=eng.tensor_parallel_size,
         pipeline_parallel_size=eng.pipeline_parallel_size, source=src,
+        embedding_bytes=DTYPE_BYTES[embedding_dtype(eng.weight_dtype, eng.embedding_dtype)],
         engine_profile=eng.profile,  # memory-plan fidelity (#13): the profile picks vLLM's or the legacy estimates
     )
     budget = token_budget(without_vetoed_defaults(sc, model), model)
@@ -137,6 +138,7 @@ def build_parts(sc: Scenario) -> EngineParts:
         max_num_seqs=sc.scheduler.max_num_seqs, kv_dtype=KVDtype(sc.engine.kv_dtype),
         weight_dtype_bytes=DTYPE_BYTES[sc.engine.weight_dtype], quant_group_size=sc.engine.kv_quant_group_size,
         weight_dtype=sc.engine.weight_dtype, compute_dtype=sc.engine.compute_dtype,
+        embedding_dtype=embedding_dtype(sc.engine.weight_dtype, sc.engine.embedding_dtype),
         tensor_parallel_size=sc.engine.tensor_parallel_size)
     budget = token_budget(sc, model)
     allocator, swap, preemptor, scheduler = engine_state(sc, model, plan, budget, profile)

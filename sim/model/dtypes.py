@@ -15,6 +15,23 @@ DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int
                                  "fp4": 0.5625}
 
 
+#: weight dtypes a quantized checkpoint stores its transformer layers in
+QUANTIZED_WEIGHT_DTYPES = ("fp8", "int8", "int4", "fp4")
+
+
+def embedding_dtype(weight_dtype: str, embedding: str | None = None) -> str:
+    """The dtype of the vocabulary matrices (the token embedding table and the lm_head):
+    ``embedding`` when given, else bf16 under quantized weights, else the weights' own.
+
+    FP8 (ModelOpt, compressed-tensors), AWQ/GPTQ int4, NVFP4 and MXFP4 checkpoints quantize the
+    transformer layers' linear weights and keep both vocabulary matrices in 16 bits, and vLLM,
+    SGLang and TensorRT-LLM load them so (sim/model/weights.py has the startup logs). GGUF files
+    (llama.cpp) quantize them as well, and gpt-fast's int8/int4 handlers the lm_head: set it."""
+    if embedding is not None:
+        return embedding
+    return "bf16" if weight_dtype in QUANTIZED_WEIGHT_DTYPES else weight_dtype
+
+
 def dtype_name(num_bytes: float) -> str:
     """The canonical name of an element size (bf16 for a size the table lacks)."""
     for name, size in DTYPE_BYTES.items():
@@ -42,4 +59,4 @@ class KVDtype(StrEnum):
         return self in (KVDtype.INT8, KVDtype.INT4)
 
 
-__all__ = ["DTYPE_BYTES", "KVDtype", "dtype_name"]
+__all__ = ["DTYPE_BYTES", "KVDtype", "QUANTIZED_WEIGHT_DTYPES", "dtype_name", "embedding_dtype"]

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from sim.errors import ConfigError
 from sim.model.parallel import (
     check_pipeline_parallel, check_tensor_parallel, shard_model, stage_models, stage_weight_bytes)
-from sim.model.spec import (
-    KVDtype, MlpKind, ModelSpec, kv_bytes_per_token, linear_ops, max_kv_tokens_per_seq, weight_bytes)
+from sim.model.spec import KVDtype, MlpKind, ModelSpec, kv_bytes_per_token, linear_ops, max_kv_tokens_per_seq
+from sim.model.weights import weight_bytes
 
 GIB = 1 << 30
 
@@ -216,7 +216,8 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
                 activation_peak_bytes: int | None = None, runtime_overhead_bytes: int | None = None,
                 quant_group_size: int = 64, num_gpu_blocks_override: int | None = None,
                 tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1,
-                engine_profile: str | None = None, source: str = "<cli>") -> MemoryPlan:
+                engine_profile: str | None = None, embedding_bytes: float | None = None,
+                source: str = "<cli>") -> MemoryPlan:
     """Size the KV pool; raise ConfigError(source, key, ...) for bad arguments or no room.
 
     ``activation_peak_bytes`` / ``runtime_overhead_bytes`` default to this module's
@@ -225,6 +226,8 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
     GPU of a tensor-parallel replica; ``pipeline_parallel_size``: of the binding stage of a
     pipeline-parallel one (module docstring). ``engine_profile``: the scenario's
     ``engine.profile`` (a string; None: the default, vllm-v1), which picks the estimates.
+    ``embedding_bytes``: bytes per parameter of the embedding table and lm_head (None: 16-bit under quantized weights,
+    sim.model.weights).
     """
     profile = None if engine_profile is None else str(getattr(engine_profile, "value", engine_profile))
     _require(0 < gpu_memory_utilization <= 1, source, "gpu_memory_utilization",
@@ -251,8 +254,8 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
     stages = []  # (stage plan, bytes per block) of every stage, first to last
     for index, layers in enumerate(stage_models(model, pp)):  # (model,) when pp == 1
         shard = shard_model(layers, tp)  # the stage itself when tp == 1
-        weights = (weight_bytes(shard, weight_dtype_bytes) if pp == 1
-                   else stage_weight_bytes(shard, index, pp, weight_dtype_bytes))
+        weights = (weight_bytes(shard, weight_dtype_bytes, embedding_bytes) if pp == 1
+                   else stage_weight_bytes(shard, index, pp, weight_dtype_bytes, embedding_bytes))
         act = activation_peak_bytes
         if act is None:  # the sampler's logits: on the last stage only
             act = estimate_activation_peak_bytes(

@@ -45,6 +45,7 @@ import math
 from sim.errors import ConfigError
 from sim.model.layers import moe_layer_flags
 from sim.model.spec import ModelSpec, NormKind
+from sim.model.weights import embedding_params, split_weight_bytes
 
 #: The tensor-parallel sizes a scenario may ask for (vLLM's ``tensor_parallel_size``: one node).
 TP_SIZES = (1, 2, 4, 8)
@@ -143,27 +144,22 @@ def stage_models(model: ModelSpec, pp: int) -> tuple[ModelSpec, ...]:
     return tuple(out)
 
 
-def embedding_params(model: ModelSpec) -> tuple[int, int]:
-    """(embedding parameters, lm_head parameters) of ``model`` (a shard's: its vocabulary slice);
-    the lm_head is 0 with tied embeddings (the spec counts the shared matrix once)."""
-    embed = model.vocab_size * model.embed_dim + model.num_learned_positions * model.hidden_size
-    if model.embed_dim != model.hidden_size:  # OPT project_in / project_out
-        embed += 2 * model.embed_dim * model.hidden_size
-    return embed, 0 if model.tie_word_embeddings else model.vocab_size * model.embed_dim
-
-
-def stage_weight_bytes(stage: ModelSpec, index: int, pp: int, dtype_bytes: float = 2) -> int:
+def stage_weight_bytes(stage: ModelSpec, index: int, pp: int, dtype_bytes: float = 2,
+                       embedding_bytes: float | None = None) -> int:
     """Bytes of the weights one GPU of stage ``index`` (of ``pp``) holds: ``stage`` is its layers'
     spec (sharded for tensor parallelism), less the embedding unless it is the first stage (or the
-    last with tied embeddings) and less the lm_head and the final norm unless it is the last."""
+    last with tied embeddings) and less the lm_head and the final norm unless it is the last.
+    The embedding and lm_head are charged as ``weight_bytes`` charges them."""
     params = stage.num_params
     embed, head = embedding_params(stage)
     first, last = index == 0, index == pp - 1
     if not (first or (last and stage.tie_word_embeddings)):
         params -= embed
+        embed = 0
     if not last:  # the lm_head and the final norm
         params -= head + stage.hidden_size * (2 if stage.norm is NormKind.LAYER else 1)
-    return math.ceil(params * dtype_bytes)
+        head = 0
+    return split_weight_bytes(params, embed, head, dtype_bytes, embedding_bytes)
 
 
 __all__ = ["PP_KEY", "PP_SIZES", "TP_KEY", "TP_SIZES", "check_pipeline_parallel", "check_tensor_parallel",

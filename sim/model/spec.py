@@ -298,13 +298,8 @@ def max_kv_tokens_per_seq(model: ModelSpec, max_model_len: int) -> int:
     return min(max_model_len, model.sliding_window)
 
 
-def weight_bytes(model: ModelSpec, dtype_bytes: float = 2) -> int:
-    """Bytes the weights occupy at ``dtype_bytes`` per parameter (rounded up)."""
-    return math.ceil(model.num_params * dtype_bytes)
-
-
 __all__ = [
     "KVDtype", "MlpKind", "NormKind", "ModelSpec", "LinearOp", "linear_ops", "lm_head_op",
     "attn_flops_per_pair", "elementwise_bytes_per_token", "flops_per_token", "kv_bytes_per_token",
-    "max_kv_tokens_per_seq", "moe_routing_bytes_per_token", "MOE_ROUTING_KERNELS_PER_LAYER", "weight_bytes",
+    "max_kv_tokens_per_seq", "moe_routing_bytes_per_token", "MOE_ROUTING_KERNELS_PER_LAYER",
 ]

@@ -88,7 +88,11 @@ def test_weight_dtype_changes_weights_and_pool(capsys) -> None:
     int4 = run_json(capsys, [*base, "--weight-dtype", "int4"])
     fp32 = run_json(capsys, [*base, "--weight-dtype", "fp32"])
     assert bf16["weight_dtype"] == "bf16" and bf16["weight_bytes"] == 2 * 8_030_261_248
-    assert int4["weight_bytes"] == 8_030_261_248 // 2 and fp32["weight_bytes"] == 4 * 8_030_261_248
+    vocab = 128_256 * 4_096  # the embedding table and the lm_head each: 16-bit beside int4 layers
+    assert int4["weight_bytes"] == (8_030_261_248 - 2 * vocab) // 2 + 2 * 2 * vocab
+    assert int4["embedding_dtype"] == "bf16" and fp32["weight_bytes"] == 4 * 8_030_261_248
+    gguf = run_json(capsys, [*base, "--weight-dtype", "int4", "--embedding-dtype", "int4"])
+    assert gguf["weight_bytes"] == 8_030_261_248 // 2 and gguf["kv_pool_bytes"] > int4["kv_pool_bytes"]
     assert fp32["kv_pool_bytes"] < bf16["kv_pool_bytes"] < int4["kv_pool_bytes"]
     assert int4["num_gpu_blocks"] > bf16["num_gpu_blocks"]
     assert int4["bytes_per_token"] == bf16["bytes_per_token"]  # the KV dtype is separate

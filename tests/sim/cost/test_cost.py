@@ -17,7 +17,8 @@ from sim.cost.datasheet import NON_GEMM_KERNELS_PER_LAYER, DatasheetCost
 from sim.cost.fitted import FittedCost
 from sim.cost.shape import BatchShape
 from sim.model.hf_config import load_model
-from sim.model.spec import elementwise_bytes_per_token, weight_bytes
+from sim.model.spec import elementwise_bytes_per_token
+from sim.model.weights import weight_bytes
 
 UNIT = Calibration(name="unit", source=CalibrationSource.MEASURED, gpu_name="unit", memory_bytes=1 << 30,
                    hbm_bandwidth_bytes_per_s=1e9, bandwidth_efficiency=1.0, peak_flops=1e12,

@@ -238,3 +238,33 @@ def test_a_scaled_gemm_form_keeps_the_tile_and_wave_term() -> None:
         assert scaled._gemm(m, 4096, 4096) == analytic_s(params, "gemm", dict(m=m, n=4096, k=4096, dtype=scaled.dtype))
     # 65 rows pad to two 64-row tiles: dearer per row than 64 rows
     assert scaled._gemm(65, 4096, 4096) / 65 > scaled._gemm(64, 4096, 4096) / 64
+
+
+# ---------------------------------------------------------------------------- the lm_head's dtype
+
+
+def test_quantized_layers_keep_a_bf16_lm_head_unless_told() -> None:
+    # FP8/AWQ/NVFP4 checkpoints keep the vocabulary matrices 16-bit: the lm_head is read at 2 bytes a
+    # weight and multiplied at the bf16 peak beside fp8 layers; embedding_dtype fp8 (a GGUF-like file) not
+    cal = load_calibration("h100-sxm")
+    model = load_model("llama-3.1-8b")
+    k, n, bw = model.hidden_size, model.vocab_size, cal.effective_bandwidth_bytes_per_s
+    fp8 = build_cost_model(model, cal, "bf16", 1, weight_dtype="fp8")
+    both = build_cost_model(model, cal, "bf16", 1, weight_dtype="fp8", embedding_dtype="fp8")
+    assert fp8.compute_dtype == both.compute_dtype == "fp8" and fp8.dense_ops == both.dense_ops
+    assert fp8.lm_head[0] == pytest.approx(k * n * 2 / bw) and both.lm_head[0] == pytest.approx(k * n / bw)
+    assert fp8.lm_head[1] == pytest.approx(2 * k * n / (989e12 * cal.compute_eff_max))
+    fp8_peak = 989e12 * cal.precision.speedup("fp8")  # the fp8 peak at its mode efficiency
+    assert both.lm_head[1] == pytest.approx(2 * k * n / (fp8_peak * cal.compute_eff_max))
+    step = [decode_step_time_s(c, batch_size=1, context_tokens=512) for c in (fp8, both)]
+    assert step[0] - step[1] == pytest.approx(k * n / bw, rel=0.05)  # one more byte per lm_head weight
+    bf16 = build_cost_model(model, cal, "bf16", 2, weight_dtype="bf16")
+    assert build_cost_model(model, cal, "bf16", 2, weight_dtype="bf16", embedding_dtype="bf16") == bf16
+
+
+def test_fitted_lm_head_runs_the_bf16_gemm_beside_fp8_layers() -> None:
+    fp8, bf16 = fitted("fp8"), fitted("bf16", "bf16")
+    n, k = fp8.lm_head
+    assert bf16.head_gemm is None and fp8.head_gemm is not None
+    assert fp8._gemm(4, n, k, fp8.head_gemm) == pytest.approx(bf16._gemm(4, n, k))
+    assert fp8._gemm(4, n, k) < 0.75 * bf16._gemm(4, n, k)  # the layers' fp8 GEMM reads half the bytes

@@ -11,9 +11,10 @@ import pytest
 from sim.calib import kernel_models
 from sim.config.schema import DtypeName
 from sim.config.scenario import parse_scenario
+from sim.errors import ConfigError
 from sim.engine import parts
 from sim.model.dtypes import DTYPE_BYTES, KVDtype, dtype_name
-from sim.model.spec import weight_bytes
+from sim.model.weights import weight_bytes
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -56,3 +57,19 @@ def test_no_other_module_has_a_table_of_its_own() -> None:
     assert sizes == ["sim/model/dtypes.py"]
     torch_maps = [p.relative_to(ROOT).as_posix() for p in files if re.search(r"^TORCH_DTYPES\s*=", p.read_text(), re.M)]
     assert torch_maps == ["realengine/model.py"]
+
+
+def test_embedding_dtype_defaults_to_16_bits_beside_quantized_layers(scenario_dict) -> None:
+    def plan(**engine):
+        sc = parse_scenario(scenario_dict(engine=engine), "/tmp/kvsim-test/s.yaml")
+        return parts.build_plan(sc)
+    model, _, awq = plan(weight_dtype="int4")
+    embed = 2 * model.vocab_size * model.hidden_size  # the embedding table and the lm_head
+    _, _, gguf = plan(weight_dtype="int4", embedding_dtype="int4")
+    assert gguf.weight_bytes == weight_bytes(model, 0.5, 0.5) == awq.weight_bytes - embed * 3 // 2
+    assert gguf.kv_pool_bytes - awq.kv_pool_bytes == awq.weight_bytes - gguf.weight_bytes
+    _, _, bf16 = plan(weight_dtype="bf16", embedding_dtype="bf16")
+    assert bf16 == plan(weight_dtype="bf16")[2]
+    with pytest.raises(ConfigError) as err:
+        plan(weight_dtype="int4", embedding_dtype="int3")
+    assert err.value.key == "engine.embedding_dtype" and "fp4" in err.value.message

@@ -11,7 +11,8 @@ import pytest
 from sim.errors import ConfigError
 from sim.model.spec import (
     KVDtype, ModelSpec, attn_flops_per_pair, flops_per_token, kv_bytes_per_token, linear_ops,
-    max_kv_tokens_per_seq, weight_bytes)
+    max_kv_tokens_per_seq)
+from sim.model.weights import weight_bytes
 from sim.model.hf_config import available_models, load_model
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -84,7 +85,10 @@ def test_tiny_llama_params_by_hand() -> None:
     attn = 256 * (4 + 2 + 2) * 64 + 4 * 64 * 256
     mlp = 3 * 256 * 512
     assert m.num_params == 2 * (attn + mlp + 2 * 256) + 256 + 2 * 1024 * 256
-    assert weight_bytes(m) == 2 * m.num_params and weight_bytes(m, 0.5) == m.num_params // 2
+    assert weight_bytes(m) == 2 * m.num_params
+    vocab = 1024 * 256  # the embedding table and the lm_head: 16-bit beside int4 layers, unless told
+    assert weight_bytes(m, 0.5) == (m.num_params - 2 * vocab) // 2 + 2 * 2 * vocab
+    assert weight_bytes(m, 0.5, embedding_bytes=0.5) == m.num_params // 2  # a GGUF file: all 4-bit
     assert flops_per_token(m) == 2 * (2 * (attn + mlp) + 1024 * 256)
     assert attn_flops_per_pair(m) == 2 * 4 * 4 * 64
     assert [op.name for op in linear_ops(m)] == ["qkv", "o", "gate_up", "down"]

@@ -9,7 +9,8 @@ from sim.errors import ConfigError
 from sim.model.hf_config import load_model
 from sim.model.memory import estimate_activation_peak_bytes, plan_memory
 from sim.model.parallel import TP_KEY, check_tensor_parallel, kv_heads_per_gpu, shard_model
-from sim.model.spec import kv_bytes_per_token, weight_bytes
+from sim.model.spec import kv_bytes_per_token
+from sim.model.weights import weight_bytes
 
 
 def test_llama_3_70b_over_4_gpus_holds_a_quarter_each() -> None:

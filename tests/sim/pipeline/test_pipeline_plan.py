@@ -9,7 +9,8 @@ from sim.model.hf_config import load_model
 from sim.model.memory import plan_memory
 from sim.model.parallel import (
     check_pipeline_parallel, embedding_params, shard_model, stage_layers, stage_models, stage_weight_bytes)
-from sim.model.spec import kv_bytes_per_token, weight_bytes
+from sim.model.spec import kv_bytes_per_token
+from sim.model.weights import weight_bytes
 
 GIB = 1 << 30
 
@@ -71,16 +72,19 @@ def test_stage_weights_hold_the_embedding_first_and_the_lm_head_last() -> None:
     model = shard_model(load_model("llama-3-70b"), 2)
     embed, head = embedding_params(model)
     stages = [shard_model(s, 2) for s in stage_models(load_model("llama-3-70b"), 4)]
-    sizes = [stage_weight_bytes(s, i, 4, 1) for i, s in enumerate(stages)]
+    sizes = [stage_weight_bytes(s, i, 4, 1, 1) for i, s in enumerate(stages)]
     norm = model.hidden_size
     layers_only = [s.num_params - embed - head - norm for s in stages]
     assert sizes == [layers_only[0] + embed, layers_only[1], layers_only[2], layers_only[3] + head + norm]
-    assert sum(sizes) == weight_bytes(model, 1)  # every parameter on exactly one stage
+    assert sum(sizes) == weight_bytes(model, 1, 1)  # every parameter on exactly one stage
+    # fp8 layers: the embedding table and the lm_head stay 16-bit, on their stages only
+    fp8 = [stage_weight_bytes(s, i, 4, 1) for i, s in enumerate(stages)]
+    assert fp8 == [sizes[0] + embed, sizes[1], sizes[2], sizes[3] + head] and sum(fp8) == weight_bytes(model, 1)
     tied = load_model("gemma-2-9b")  # tied embeddings: the last stage keeps its own copy as the lm_head
     t_embed, t_head = embedding_params(tied)
     assert t_head == 0
-    t_sizes = [stage_weight_bytes(s, i, 2, 1) for i, s in enumerate(stage_models(tied, 2))]
-    assert sum(t_sizes) == weight_bytes(tied, 1) + t_embed
+    t_sizes = [stage_weight_bytes(s, i, 2, 1, 1) for i, s in enumerate(stage_models(tied, 2))]
+    assert sum(t_sizes) == weight_bytes(tied, 1, 1) + t_embed
 
 
 def test_70b_tp4_pp2_per_gpu_plan() -> None:
