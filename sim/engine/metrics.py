@@ -24,6 +24,7 @@ from sim.engine.profile_info import engine_summary, profile_notes
 from sim.engine.request_stats import RunRequests
 from sim.engine.step_log import COLUMNS, StepLog, step_aggregates  # noqa: F401 (re-exported)
 from sim.kv.base import KVAllocator
+from sim.model.dtypes import embedding_dtype
 
 def _stats(values) -> dict[str, float | None]:
     if not len(values):
@@ -78,6 +79,21 @@ def notes(allocator: KVAllocator) -> list[str]:
         out.append(f"token-level KV eviction '{allocator.budget.policy}' bounds memory and "
                    "attention reads; its effect on output quality is not simulated")
     return out
+
+
+def memory_summary(sc, plan) -> dict:
+    """Where one GPU's memory goes (the memory plan, sim/model/memory.py): the budget
+    (gpu_memory_utilization x gpu_memory_bytes) = weights + activation peak + runtime overhead +
+    KV pool, in bytes; a pipeline-parallel replica's figures are its binding stage's, a cluster's
+    its first replica's."""
+    eng = sc.engine
+    return {
+        "gpu_memory_bytes": plan.gpu_memory_bytes, "gpu_memory_utilization": plan.gpu_memory_utilization,
+        "weight_dtype": str(eng.weight_dtype), "embedding_dtype": embedding_dtype(eng.weight_dtype, eng.embedding_dtype),
+        "kv_dtype": str(eng.kv_dtype), "weight_bytes": plan.weight_bytes,
+        "activation_peak_bytes": plan.activation_peak_bytes, "runtime_overhead_bytes": plan.runtime_overhead_bytes,
+        "kv_pool_bytes": plan.kv_pool_bytes,
+    }
 
 
 def summarize(result) -> dict:
@@ -151,6 +167,7 @@ def summarize(result) -> dict:
             "max_kv_tokens_per_request": plan.max_kv_tokens_per_seq,
             "tokens_evicted": _tokens_evicted(rr, alloc_cls),
         },
+        "memory": memory_summary(sc, plan),
         "preemptions": preemption_counters(result),
         "engine": {
             "num_steps": agg["num_steps"], "busy_s": busy, "simulated_s": result.end_s,

@@ -63,6 +63,7 @@ def print_summary(s: dict, out_dir: Path, report: bool = True) -> None:
         f"{s['goodput_requests_per_s']:.2f} req/s",
         f"kv pool      {kv['pool_tokens']:,} tokens ({kv['pool_bytes'] / 2**30:.2f} GiB, "
         f"{kv['num_gpu_blocks']:,} blocks), {kv['max_full_length_seqs']} full-length sequences fit",
+        *_memory_line(s),
         f"kv use       peak {kv['peak_used_fraction']:.1%} allocated; mean: tokens "
         f"{kv['mean_token_fraction']:.1%}, reserved {kv['mean_reserved_unused_fraction']:.1%}, "
         f"internal frag {kv['mean_internal_fragmentation_fraction']:.1%}, external frag "
@@ -105,3 +106,16 @@ def _replica_lines(s: dict) -> list[str]:
             + f"; ttft p50/p99 {_ms(r['ttft_s'], 'p50')}/{_ms(r['ttft_s'], 'p99')} ms, "
             f"tpot p50 {_ms(r['tpot_s'], 'p50')} ms")
     return lines
+
+
+def _memory_line(s: dict) -> list[str]:
+    """One line: where a GPU's memory goes (summary.json's ``memory``); none in an older summary."""
+    m = s.get("memory")
+    if not m:
+        return []
+    gib = 2**30
+    vocab = "" if m["embedding_dtype"] == m["weight_dtype"] else f", embedding/lm_head {m['embedding_dtype']}"
+    return [f"memory       per GPU of {m['gpu_memory_utilization']:g} x {m['gpu_memory_bytes'] / gib:.2f} GiB: "
+            f"weights {m['weight_bytes'] / gib:.2f} GiB ({m['weight_dtype']}{vocab}), activations "
+            f"{m['activation_peak_bytes'] / gib:.2f}, runtime {m['runtime_overhead_bytes'] / gib:.2f}, "
+            f"KV pool {m['kv_pool_bytes'] / gib:.2f} ({m['kv_dtype']})"]

@@ -34,7 +34,7 @@ def test_summary_has_todays_keys_a_cluster_block_and_replicas(cluster_run):
     out, s = cluster_run
     single_keys = ["scenario", "model", "gpu", "calibration_source", "calibration_label", "policies", "profile",
                    "notes", "requests", "ttft_s", "tpot_s", "e2e_s", "throughput", "goodput_requests_per_s",
-                   "slo", "kv", "preemptions", "engine"]
+                   "slo", "kv", "memory", "preemptions", "engine"]
     assert list(s) == single_keys + ["cluster", "replicas", "sim_wall_s"]
     assert {k: s["cluster"][k] for k in ("num_replicas", "router", "sticky_sessions")} == {
         "num_replicas": 3, "router": "prefix-aware", "sticky_sessions": True}

@@ -224,3 +224,15 @@ def test_prefix_caching_off_means_no_hits(simulate, scenario_dict) -> None:
     result, summary = simulate(data)
     assert summary["kv"]["prefix_cache_hit_rate"] is None
     assert all(r.num_cached_tokens == 0 for r in result.requests)
+
+
+@pytest.mark.parametrize("weights", ["bf16", "int4"])
+def test_summary_says_where_the_memory_goes(simulate, scenario_dict, weights) -> None:
+    data = scenario_dict(engine={"weight_dtype": weights, "num_gpu_blocks_override": None})
+    _, s = simulate(data)
+    m, kv = s["memory"], s["kv"]
+    budget = m["gpu_memory_utilization"] * m["gpu_memory_bytes"]
+    parts = m["weight_bytes"] + m["activation_peak_bytes"] + m["runtime_overhead_bytes"] + m["kv_pool_bytes"]
+    assert budget - 1 <= parts <= budget  # the pool is what the budget leaves (floored)
+    assert 0 <= m["kv_pool_bytes"] - kv["pool_bytes"] < kv["pool_bytes"] / kv["num_gpu_blocks"]  # whole blocks
+    assert m["weight_dtype"] == weights and m["embedding_dtype"] == "bf16" and m["kv_dtype"] == "bf16"
