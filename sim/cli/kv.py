@@ -57,6 +57,9 @@ def add_kv_parser(subparsers: Any) -> None:
     p.add_argument("--pp", default="1", metavar="N",
                    help="pipeline-parallel size, 1, 2, 4 or 8 (default 1): layers split into N stages (each on --tp"
                         " GPUs); the plan of each stage's GPUs (vLLM's --pipeline-parallel-size)")
+    p.add_argument("--attention-dp", action="store_true",
+                   help="with --tp N: the N GPUs run attention data-parallel (each its own requests' KV, all"
+                        " attention heads; MLP, experts and vocabulary split): SGLang's --enable-dp-attention")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=run_kv)
 
@@ -95,7 +98,10 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
     check_tensor_parallel(model, tp, CLI, "--tp")
     pp = _number(getattr(args, "pp", "1"), "--pp", int)
     check_pipeline_parallel(model, pp, CLI, "--pp")
-    shard = shard_model(model, tp)  # one GPU's share (the model itself for --tp 1)
+    dp = bool(getattr(args, "attention_dp", False))
+    if dp and tp == 1:
+        raise ConfigError(CLI, "--attention-dp", "runs attention data-parallel over the --tp GPUs: give --tp 2, 4 or 8")
+    shard = shard_model(model, tp, dp)  # one GPU's share (the model itself for --tp 1)
     max_model_len = (_number(args.max_model_len, "--max-model-len", int)
                      if args.max_model_len is not None else model.max_position_embeddings)
     per_token = kv_bytes_per_token(model, kv_dtype, quant_group_size=group)
@@ -110,15 +116,16 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
         "weight_dtype": weight_dtype, "embedding_dtype": embedding,
         "weight_bytes": weight_bytes(model, DTYPE_BYTES[weight_dtype], vocab_bytes),
         "max_model_len": max_model_len, "tensor_parallel_size": tp, "pipeline_parallel_size": pp,
+        "attention_data_parallel": dp,
     }
     if pp > 1:
         out["stage_layers"] = list(stage_layers(model.num_layers, pp))
     if tp > 1 or pp > 1:  # per GPU: its share of the weights and of every token's KV (the largest stage's)
-        shards = [shard_model(st, tp) for st in stage_models(model, pp)]
+        shards = [shard_model(st, tp, dp) for st in stage_models(model, pp)]
         out |= {"weight_bytes_per_gpu": max(weight_bytes(shard, DTYPE_BYTES[weight_dtype], vocab_bytes) if pp == 1
                                             else stage_weight_bytes(sh, i, pp, DTYPE_BYTES[weight_dtype], vocab_bytes)
                                             for i, sh in enumerate(shards)),
-                "kv_heads_per_gpu": None if model.is_mla else kv_heads_per_gpu(model, tp),
+                "kv_heads_per_gpu": None if model.is_mla else (model.num_kv_heads if dp else kv_heads_per_gpu(model, tp)),
                 "bytes_per_token_per_gpu": max(kv_bytes_per_token(sh, kv_dtype, quant_group_size=group)
                                                for sh in shards)}
     if max_model_len is not None:
@@ -159,9 +166,10 @@ def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, 
                            max_num_batched_tokens=_number(args.max_num_batched_tokens,
                                                           "--max-num-batched-tokens", int),
                            tensor_parallel_size=tp, pipeline_parallel_size=pp, embedding_bytes=vocab_bytes,
-                           source=CLI)
+                           attention_data_parallel=bool(getattr(args, "attention_dp", False)), source=CLI)
     except ConfigError as exc:  # name the flag the user can change
-        flag = {"tensor_parallel_size": "--tp", "pipeline_parallel_size": "--pp"}.get(
+        flag = {"tensor_parallel_size": "--tp", "pipeline_parallel_size": "--pp",
+                "attention_data_parallel": "--attention-dp"}.get(
             exc.key, "--" + exc.key.replace("_", "-"))
         raise ConfigError(CLI, flag, exc.message) from None
     return {
@@ -219,8 +227,12 @@ def _print_table(r: dict[str, Any]) -> None:
     tp = r["tensor_parallel_size"]
     gpu = " per GPU" if tp > 1 else ""
     if tp > 1 or r["pipeline_parallel_size"] > 1:
-        heads = "one latent (MLA, replicated)" if r["kv_heads_per_gpu"] is None else f"{r['kv_heads_per_gpu']}"
-        rows += [("tensor parallel", f"{tp} GPUs, each holding its share of every layer")] * (tp > 1)
+        dp = r["attention_data_parallel"]
+        heads = ("one latent (MLA" + (")" if dp else ", replicated)") if r["kv_heads_per_gpu"] is None
+                 else f"{r['kv_heads_per_gpu']}")
+        rows += [("tensor parallel", f"{tp} GPUs, each holding its share of every layer" if not dp else
+                  f"{tp} GPUs, attention data-parallel: each its own requests, all attention heads, 1/{tp} of"
+                  " the MLP, experts and vocabulary")] * (tp > 1)
         rows += [("weights per GPU" + " (largest stage)" * (r["pipeline_parallel_size"] > 1),
                   _human_bytes(r["weight_bytes_per_gpu"])),
                  ("KV heads per GPU", heads),
@@ -240,10 +252,13 @@ def _print_table(r: dict[str, Any]) -> None:
                  ("activation peak (estimate)" + gpu, _human_bytes(r["activation_peak_bytes"])),
                  ("runtime overhead" + gpu, _human_bytes(r["runtime_overhead_bytes"])),
                  ("KV pool" + gpu, _human_bytes(r["kv_pool_bytes"])),
-                 ("num_gpu_blocks" + gpu, f"{r['num_gpu_blocks']:,}")]
+                 ("num_gpu_blocks" + (" (all GPUs)" if r["attention_data_parallel"] else gpu),
+                  f"{r['num_gpu_blocks']:,}")]
         if tp * pp > 1:
             rows.append(("KV pool, all GPUs", _human_bytes(r["total_kv_pool_bytes"])))
-        rows += [("pool tokens" + (" (total: each GPU holds its heads of every token)" if tp > 1 else ""),
+        whole = " (total: each GPU holds whole tokens of its own requests)"
+        rows += [("pool tokens" + ((whole if r["attention_data_parallel"] else
+                                    " (total: each GPU holds its heads of every token)") if tp > 1 else ""),
                   f"{r['pool_tokens']:,}"),
                  ("full-length requests at once", f"{r['max_full_length_seqs']:,}")]
         if r["simulator_max_full_length_seqs"] != r["max_full_length_seqs"]:

@@ -186,6 +186,7 @@ class EngineConfig(_Frozen):
     runtime_overhead_bytes: nonneg_int("engine.runtime_overhead_bytes") | None = None
     num_gpu_blocks_override: pos_int("engine.num_gpu_blocks_override") | None = None
     tensor_parallel_size: Literal[1, 2, 4, 8] = 1  # GPUs one replica is split over (sim/model/parallel.py)
+    attention_data_parallel: bool = False  # those GPUs run attention data-parallel (sim/model/memory.py)
     # pipeline parallelism (issue #15): stages of layers, tp x pp GPUs a replica (sim/engine/pipeline.py)
     pipeline_parallel_size: Literal[1, 2, 4, 8] = 1
     pipeline_mode: _choice(PipelineMode) | None = None  # None: the profile's form (profile_schema.PIPELINE_MODES)

@@ -10,6 +10,7 @@ from sim.cost.base import CostModel
 from sim.cost.datasheet import build_datasheet_cost
 from sim.cost.fitted import build_fitted_cost
 from sim.cost.profile import EngineProfile, GraphMode, ProfiledCost
+from sim.errors import ConfigError
 from sim.model.parallel import shard_model
 from sim.model.spec import KVDtype, ModelSpec
 
@@ -17,18 +18,28 @@ from sim.model.spec import KVDtype, ModelSpec
 def build_cost_model(model: ModelSpec, calibration: Calibration, kv_dtype: KVDtype | str = KVDtype.BF16,
                      weight_dtype_bytes: float = 2, *, quant_group_size: int = 64,
                      weight_dtype: str | None = None, compute_dtype: str | None = None,
-                     embedding_dtype: str | None = None, tensor_parallel_size: int = 1) -> CostModel:
+                     embedding_dtype: str | None = None, tensor_parallel_size: int = 1,
+                     attention_data_parallel: bool = False) -> CostModel:
     """The cost model of ``model`` on ``calibration`` (activations are in the weight dtype):
     a ``FittedCost`` when the calibration has a fitted ``gemm``, else a ``DatasheetCost``.
 
     ``weight_dtype`` names the weights' element type (fp8 and int8 are both one byte);
     ``compute_dtype`` the GEMMs' math mode (None: the weight dtype's own); ``embedding_dtype`` the
     lm_head's weights (None: sim.model.dtypes.embedding_dtype's rule: bf16 under quantized weights);
-    ``tensor_parallel_size`` the GPUs one replica is split over (sim/model/parallel.py)."""
-    build = build_fitted_cost if "gemm" in calibration.kernels else build_datasheet_cost
-    return build(model, calibration, kv_dtype, weight_dtype_bytes, quant_group_size=quant_group_size,
-                 weight_dtype=weight_dtype, compute_dtype=compute_dtype, embedding_dtype=embedding_dtype,
-                 tensor_parallel_size=tensor_parallel_size)
+    ``tensor_parallel_size`` the GPUs one replica is split over (sim/model/parallel.py), and
+    ``attention_data_parallel`` whether they run attention data-parallel (datasheet only)."""
+    if "gemm" in calibration.kernels:
+        if attention_data_parallel:
+            raise ConfigError(calibration.file, "kernels", (
+                "engine.attention_data_parallel runs on a datasheet calibration only: this one's fitted"
+                " kernels time one GPU's steps of the validation engine, which has no such form"))
+        return build_fitted_cost(model, calibration, kv_dtype, weight_dtype_bytes, quant_group_size=quant_group_size,
+                                 weight_dtype=weight_dtype, compute_dtype=compute_dtype,
+                                 embedding_dtype=embedding_dtype, tensor_parallel_size=tensor_parallel_size)
+    return build_datasheet_cost(model, calibration, kv_dtype, weight_dtype_bytes, quant_group_size=quant_group_size,
+                                weight_dtype=weight_dtype, compute_dtype=compute_dtype, embedding_dtype=embedding_dtype,
+                                tensor_parallel_size=tensor_parallel_size,
+                                attention_data_parallel=attention_data_parallel)
 
 
 def build_profiled_cost(model: ModelSpec, calibration: Calibration, profile: EngineProfile, *,
@@ -46,7 +57,8 @@ def build_profiled_cost(model: ModelSpec, calibration: Calibration, profile: Eng
     if profile.is_eager or "gemm" in calibration.kernels:
         return build_cost_model(model, calibration, **kwargs)
     no_host = dataclasses.replace(calibration, step_overhead_s=0.0)
-    reads = decode_kv_reads(model, profile, kwargs.get("tensor_parallel_size", 1))
+    reads = decode_kv_reads(model, profile, kwargs.get("tensor_parallel_size", 1),
+                            kwargs.get("attention_data_parallel", False))
     eager = dataclasses.replace(build_cost_model(model, no_host, **kwargs), decode_kv_reads=reads)
     if profile.graph_mode is GraphMode.NONE:
         return ProfiledCost(eager, eager, profile, (), 0.0)
@@ -56,13 +68,14 @@ def build_profiled_cost(model: ModelSpec, calibration: Calibration, profile: Eng
                         attention_launch_s=model.num_layers * calibration.kernel_launch_s)
 
 
-def decode_kv_reads(model: ModelSpec, profile: EngineProfile, tensor_parallel_size: int = 1) -> float:
+def decode_kv_reads(model: ModelSpec, profile: EngineProfile, tensor_parallel_size: int = 1,
+                    attention_data_parallel: bool = False) -> float:
     """How many times decode attention reads each KV head under ``profile``: 1 where its kernel
     shares the reads across the query heads of a group (EngineProfile.gqa_shared_kv_reads) or the
     model has no groups (MLA's latent is one shared head), else one GPU's query heads per KV head."""
     if profile.gqa_shared_kv_reads or model.is_mla:
         return 1.0
-    shard = shard_model(model, tensor_parallel_size)
+    shard = shard_model(model, tensor_parallel_size, attention_data_parallel)
     return shard.num_attention_heads / shard.num_kv_heads
 
 

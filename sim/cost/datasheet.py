@@ -82,7 +82,8 @@ from sim.calib.precision import embedding_precision, gemm_precision
 from sim.cost.shape import BatchShape
 from sim.model.parallel import shard_model
 from sim.model.spec import (
-    MOE_ROUTING_KERNELS_PER_LAYER, KVDtype, ModelSpec, attn_flops_per_pair, elementwise_bytes_per_token,
+    ATTENTION_OPS, MOE_ROUTING_KERNELS_PER_LAYER, KVDtype, ModelSpec, attn_flops_per_pair, decode_attn_flops_per_pair,
+    elementwise_bytes_per_token,
     kv_bytes_per_token, linear_ops, lm_head_op, moe_routing_bytes_per_token)
 
 #: Kernels per layer besides GEMMs and attention: two fused add+norms, RoPE, the MLP
@@ -127,6 +128,13 @@ class DatasheetCost:
     #: times decode attention reads each KV head: 1, or its query heads where the engine's kernel
     #: does not share a KV head's reads across its group (EngineProfile.gqa_shared_kv_reads)
     decode_kv_reads: float = 1.0
+    #: attention data parallelism (engine.attention_data_parallel): the GPUs a step's requests are
+    #: spread over for attention (1: none), and how many of ``dense_ops`` (the first) are attention's
+    attention_ranks: int = 1
+    attention_ops: int = 0
+    #: a decode (query, key) pair's attention math, decode_attn_flops_per_pair / (F eff_max): decode
+    #: attention takes the longer of its KV reads and this (MLA's absorbed form is compute-bound)
+    decode_attn_s_per_pair: float = 0.0
 
     @property
     def composition(self) -> None:
@@ -141,20 +149,31 @@ class DatasheetCost:
         m = shape.num_prefill_tokens + shape.num_decode_tokens
         if m <= 0:
             return 0.0
-        num_seqs = shape.num_seqs
+        num_seqs, ranks = shape.num_seqs, self.attention_ranks
         t = self._token_terms_s(m, num_seqs)
-        t += (shape.decode_kv_tokens * self.decode_kv_reads + shape.prefill_kv_tokens) * self.kv_read_s_per_token
+        r = self.kv_read_s_per_token if ranks == 1 else self.kv_read_s_per_token / ranks
+        reads = shape.decode_kv_tokens * self.decode_kv_reads
+        t += (reads + shape.prefill_kv_tokens) * r
         if self.collectives is not None:
             t += collectives_s(self.collectives, m, num_seqs)
+        t += self._decode_math_s(shape.decode_kv_tokens, reads * r)
+        if ranks > 1:  # each GPU attends over its own requests: an even share of them
+            return t + shape.prefill_attn_pairs * self.attn_s_per_pair / ranks
         return t + shape.prefill_attn_pairs * self.attn_s_per_pair
 
     def _token_terms_s(self, m: int, num_seqs: int) -> float:
         """The step's terms that depend only on its m tokens and ``num_seqs`` rows (fixed,
         elementwise, GEMMs, lm_head), summed in ``step_time_s``'s order."""
         m_half, p = self.m_half_tokens, self.ridge_sharpness
-        t = self.fixed_step_s + m * self.elementwise_s_per_token
-        for weight_s, flop_s, launch_s in self.dense_ops:
-            t += smax(weight_s, flop_s * (m + m_half), p) + launch_s
+        if self.attention_ranks > 1:  # attention and the per-token work on one rank's share of the tokens
+            m_attn = m / self.attention_ranks
+            t = self.fixed_step_s + m_attn * self.elementwise_s_per_token
+            for i, (weight_s, flop_s, launch_s) in enumerate(self.dense_ops):
+                t += smax(weight_s, flop_s * ((m_attn if i < self.attention_ops else m) + m_half), p) + launch_s
+        else:
+            t = self.fixed_step_s + m * self.elementwise_s_per_token
+            for weight_s, flop_s, launch_s in self.dense_ops:
+                t += smax(weight_s, flop_s * (m + m_half), p) + launch_s
         for weight_s, flop_s, launch_s, num_experts, top_k in self.expert_ops:
             touched = num_experts * (1.0 - (1.0 - top_k / num_experts) ** m)
             t += smax(weight_s * touched, flop_s * (m * top_k + touched * m_half), p) + launch_s
@@ -163,6 +182,13 @@ class DatasheetCost:
             t += smax(weight_s, flop_s * (num_seqs + m_half), p) + launch_s
         return t
 
+    def _decode_math_s(self, kv_tokens: float, read_s: float) -> float:
+        """What decode attention's math takes beyond its KV reads (``read_s``): 0.0 while reads bind."""
+        if self.decode_attn_s_per_pair <= 0.0 or kv_tokens <= 0:
+            return 0.0
+        a = self.decode_attn_s_per_pair if self.attention_ranks == 1 else self.decode_attn_s_per_pair / self.attention_ranks
+        return max(0.0, kv_tokens * a - read_s)
+
     def decode_time_fn(self, num_seqs: int, num_tokens: int) -> Callable[[int], float]:
         """``kv -> step_time_s(BatchShape(num_seqs, 0, num_tokens, kv, 0.0, 0, 0))``, the same
         float, with the terms that do not depend on ``kv`` added up once (macro-steps: a
@@ -170,7 +196,11 @@ class DatasheetCost:
         if num_tokens <= 0:
             return lambda kv: 0.0
         t0, r, g = self._token_terms_s(num_tokens, num_seqs), self.kv_read_s_per_token, self.decode_kv_reads
+        if self.attention_ranks > 1:
+            r /= self.attention_ranks  # each GPU reads its own requests' KV (step_time_s's same float)
         c = 0.0 if self.collectives is None else collectives_s(self.collectives, num_tokens, num_seqs)
+        if self.decode_attn_s_per_pair > 0.0:  # step_time_s's floats, the math term after the collectives
+            return lambda kv: t0 + kv * g * r + c + self._decode_math_s(kv, kv * g * r)
         if g != 1.0:  # (kv x g) x r: step_time_s's float
             return lambda kv: t0 + kv * g * r + c
         if self.collectives is None:
@@ -208,14 +238,16 @@ def collectives_s(collectives: tuple[int, float, float, float, float], m: int, n
 
 
 def build_collectives(model: ModelSpec, calibration: Calibration, tp: int, act_bytes: float,
-                      launch_s: float) -> tuple[int, float, float, float, float] | None:
+                      launch_s: float, attention_dp: bool = False) -> tuple[int, float, float, float, float] | None:
     """The collectives of one step of ``model`` (the whole model, not a shard) over ``tp`` GPUs,
     as ``collectives_s`` reads them (module docstring); None for one GPU. ConfigError naming the
-    calibration's ``interconnect`` when it has none."""
+    calibration's ``interconnect`` when it has none. ``attention_dp``: an all-gather of the tokens
+    before each MLP and a reduce-scatter after it, together one all-reduce's bytes, replace the
+    two all-reduces of a layer."""
     ic = require_interconnect(calibration, tp)
     if ic is None:
         return None
-    per_token = model.hidden_size * act_bytes * ic.allreduce_s_per_byte(tp)
+    per_token = model.hidden_size * act_bytes * ic.allreduce_s_per_byte(tp) * (0.5 if attention_dp else 1.0)
     per_seq = model.vocab_size * act_bytes * ic.allgather_s_per_byte(tp)
     # the tp-GPU latencies (interconnect.by_num_gpus, else the top level): #15 loose ends
     fixed, gather_fixed = ic.allreduce_latency(tp) + launch_s, ic.allgather_latency(tp) + launch_s
@@ -225,21 +257,25 @@ def build_collectives(model: ModelSpec, calibration: Calibration, tp: int, act_b
 def build_datasheet_cost(model: ModelSpec, calibration: Calibration, kv_dtype: KVDtype | str = KVDtype.BF16,
                          weight_dtype_bytes: float = 2, *, quant_group_size: int = 64,
                          weight_dtype: str | None = None, compute_dtype: str | None = None,
-                         embedding_dtype: str | None = None, tensor_parallel_size: int = 1) -> DatasheetCost:
+                         embedding_dtype: str | None = None, tensor_parallel_size: int = 1,
+                         attention_data_parallel: bool = False) -> DatasheetCost:
     """Precompute the constants of ``DatasheetCost.step_time_s``; ``weight_dtype`` and
     ``compute_dtype`` pick the math mode and dequantisation, ``embedding_dtype`` the lm_head's
     (sim.calib.precision.embedding_precision), ``tensor_parallel_size`` the GPUs the model is split
-    over (module docstring)."""
+    over, ``attention_data_parallel`` whether they run attention data-parallel (module docstring)."""
     cal = calibration
     gp = gemm_precision(cal, weight_dtype, weight_dtype_bytes, compute_dtype)
-    collectives = build_collectives(model, cal, tensor_parallel_size, gp.act_bytes, cal.kernel_launch_s)
-    name, model = model.name, shard_model(model, tensor_parallel_size)  # the model itself on one GPU
+    dp = attention_data_parallel and tensor_parallel_size > 1
+    collectives = build_collectives(model, cal, tensor_parallel_size, gp.act_bytes, cal.kernel_launch_s, dp)
+    name, model = model.name, shard_model(model, tensor_parallel_size, dp)  # the model itself on one GPU
     bw = cal.effective_bandwidth_bytes_per_s
     weight_bw = bw * gp.weight_read_efficiency
     flops = gp.peak_flops * cal.compute_eff_max
     launch = cal.kernel_launch_s
     dense, experts = [], []
-    for op in linear_ops(model):
+    ops = linear_ops(model)
+    attention_ops = sum(op.name in ATTENTION_OPS for op in ops)  # linear_ops lists them first
+    for op in ops:
         w = op.k * op.n * weight_dtype_bytes * op.num_layers / weight_bw
         f = 2 * op.k * op.n * op.num_layers / flops
         if op.num_experts > 1:
@@ -266,4 +302,6 @@ def build_datasheet_cost(model: ModelSpec, calibration: Calibration, kv_dtype: K
         pcie_bandwidth_bytes_per_s=cal.pcie_bandwidth_bytes_per_s,
         device_copy_bytes_per_s=cal.effective_bandwidth_bytes_per_s, kernel_launch_s=cal.kernel_launch_s,
         compute_dtype=gp.compute, collectives=collectives, ridge_sharpness=RIDGE_SHARPNESS,
+        attention_ranks=tensor_parallel_size if dp else 1, attention_ops=attention_ops if dp else 0,
+        decode_attn_s_per_pair=decode_attn_flops_per_pair(model) / (cal.peak_flops * cal.compute_eff_max),
     )

@@ -85,14 +85,15 @@ def memory_summary(sc, plan) -> dict:
     """Where one GPU's memory goes (the memory plan, sim/model/memory.py): the budget
     (gpu_memory_utilization x gpu_memory_bytes) = weights + activation peak + runtime overhead +
     KV pool, in bytes; a pipeline-parallel replica's figures are its binding stage's, a cluster's
-    its first replica's."""
+    its first replica's. ``attention_ranks``: the GPUs whose pools the engine's blocks add up
+    (engine.attention_data_parallel), else 1."""
     eng = sc.engine
     return {
         "gpu_memory_bytes": plan.gpu_memory_bytes, "gpu_memory_utilization": plan.gpu_memory_utilization,
         "weight_dtype": str(eng.weight_dtype), "embedding_dtype": embedding_dtype(eng.weight_dtype, eng.embedding_dtype),
         "kv_dtype": str(eng.kv_dtype), "weight_bytes": plan.weight_bytes,
         "activation_peak_bytes": plan.activation_peak_bytes, "runtime_overhead_bytes": plan.runtime_overhead_bytes,
-        "kv_pool_bytes": plan.kv_pool_bytes,
+        "kv_pool_bytes": plan.kv_pool_bytes, "attention_ranks": plan.attention_ranks,
     }
 
 

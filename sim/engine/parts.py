@@ -49,6 +49,13 @@ def build_plan(sc: Scenario):
     cal = load_calibration(relative_to_scenario(sc, sc.gpu), source=src, key="gpu")
     eng = sc.engine
     check_tensor_parallel(model, eng.tensor_parallel_size, src, TP_KEY)
+    if eng.attention_data_parallel and (eng.tensor_parallel_size == 1 or eng.pipeline_parallel_size > 1
+                                        or "gemm" in cal.kernels):
+        raise ConfigError(src, "engine.attention_data_parallel", (
+            "runs attention data-parallel over the tensor_parallel_size GPUs: it needs tensor_parallel_size"
+            " 2, 4 or 8, no pipeline parallelism and a datasheet calibration (got tensor_parallel_size"
+            f" {eng.tensor_parallel_size}, pipeline_parallel_size {eng.pipeline_parallel_size}, calibration"
+            f" {cal.name}: {'measured' if 'gemm' in cal.kernels else 'datasheet'})"))
     require_interconnect(cal, eng.tensor_parallel_size)  # tp > 1: the calibration must have one
     check_pipeline_parallel(model, eng.pipeline_parallel_size, src, PP_KEY)  # pipeline parallelism (#15)
     require_p2p(cal, eng.pipeline_parallel_size)  # pp > 1: stages send activations over the p2p link
@@ -62,6 +69,7 @@ def build_plan(sc: Scenario):
         num_gpu_blocks_override=eng.num_gpu_blocks_override, tensor_parallel_size=eng.tensor_parallel_size,
         pipeline_parallel_size=eng.pipeline_parallel_size, source=src,
         embedding_bytes=DTYPE_BYTES[embedding_dtype(eng.weight_dtype, eng.embedding_dtype)],
+        attention_data_parallel=eng.attention_data_parallel,
         engine_profile=eng.profile,  # memory-plan fidelity (#13): the profile picks vLLM's or the legacy estimates
     )
     budget = token_budget(without_vetoed_defaults(sc, model), model)
@@ -139,6 +147,7 @@ def build_parts(sc: Scenario) -> EngineParts:
         weight_dtype_bytes=DTYPE_BYTES[sc.engine.weight_dtype], quant_group_size=sc.engine.kv_quant_group_size,
         weight_dtype=sc.engine.weight_dtype, compute_dtype=sc.engine.compute_dtype,
         embedding_dtype=embedding_dtype(sc.engine.weight_dtype, sc.engine.embedding_dtype),
+        attention_data_parallel=sc.engine.attention_data_parallel,
         tensor_parallel_size=sc.engine.tensor_parallel_size)
     budget = token_budget(sc, model)
     allocator, swap, preemptor, scheduler = engine_state(sc, model, plan, budget, profile)

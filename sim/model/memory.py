@@ -28,6 +28,14 @@ stage holds its layers of every token, so the replica's blocks are the fewest an
 room for: vLLM takes the minimum over its workers (``get_kv_cache_configs`` in
 vllm/v1/core/kv_cache_utils.py: "Change the num_blocks of each rank to the smallest among
 all ranks"). The plan returned is that (binding) stage's, with every stage's in ``stages``.
+
+With attention data parallelism (``attention_data_parallel``, SGLang's --enable-dp-attention,
+TensorRT-LLM's enable_attention_dp, vLLM's data-parallel attention beside expert parallelism) the
+tp GPUs each run all the attention heads for requests of their own, while the MLP, the experts
+and the vocabulary stay split over them: a GPU holds the full attention weights, 1/tp of the
+rest, and whole tokens of its own requests' KV (an MLA latent once, not on every GPU). Its pool
+is sized as above on that share; the engine's blocks are the tp GPUs' together, and one
+sequence must fit one GPU's.
 """
 
 from __future__ import annotations
@@ -38,7 +46,10 @@ from dataclasses import dataclass
 from sim.errors import ConfigError
 from sim.model.parallel import (
     check_pipeline_parallel, check_tensor_parallel, shard_model, stage_models, stage_weight_bytes)
-from sim.model.spec import KVDtype, MlpKind, ModelSpec, kv_bytes_per_token, linear_ops, max_kv_tokens_per_seq
+from sim.model.spec import KVDtype, ModelSpec, kv_bytes_per_token, max_kv_tokens_per_seq
+from sim.model.activations import (  # noqa: F401 (re-exported: the activation estimate lived here)
+    FORWARD_HIDDEN_VECTORS, LEGACY_FORWARD_HIDDEN_VECTORS, LEGACY_RUNTIME_OVERHEAD_BYTES,
+    LEGACY_SAMPLER_BYTES_PER_LOGIT, SAMPLER_BYTES_PER_LOGIT, VLLM_PROFILES, estimate_activation_peak_bytes)
 from sim.model.weights import weight_bytes
 
 GIB = 1 << 30
@@ -60,38 +71,6 @@ TP_RUNTIME_OVERHEAD_BYTES = (614 << 20) - DEFAULT_RUNTIME_OVERHEAD_BYTES
 #: per block (4M blocks take about 0.6 GB and 3 s to set up; tiny-llama on an A100-80GB
 #: makes 4.4M); a bigger pool is a typo or a fake GPU.
 MAX_GPU_BLOCKS = 1 << 24
-
-#: Bytes per logit (``max_num_seqs`` x vocab_size of them) alive at the sampler's peak in
-#: vLLM's profile run, which samples with top-k and top-p (top_k = vocab - 1, top_p < 1) by
-#: sorting: fp32 logits (4), sorted values (4) and their int64 indices (8), softmax of the
-#: sorted values (4), its cumulative sum (4), the int64 inverse permutation (8), the logits
-#: gathered back (4) and two boolean masks (2) = 38. Counted from vLLM's
-#: ``_apply_top_k_top_p``; checked against a log where the sampler is the peak (vllm-project/vllm
-#: PR #10511: Llama-3-8B, 8192 tokens, 256 sequences, activation peak 1.26 GiB; this
-#: estimate 1.22 GiB).
-SAMPLER_BYTES_PER_LOGIT = 38
-
-#: Engine profiles (``engine.profile``) whose pool is sized by vLLM's profile run; None (no
-#: profile given, e.g. ``sim kv``) is the default profile, vllm-v1.
-VLLM_PROFILES = frozenset({"vllm-v0", "vllm-v1"})
-
-#: Other engines (trtllm, sglang, eager) keep kvsim's earlier, unvalidated estimate: two fp32
-#: copies of the logits added to the forward pass's peak (2 hidden vectors a token), and
-#: LEGACY_RUNTIME_OVERHEAD_BYTES (the 0.5-1 GiB of CUDA context, workspaces and NCCL buffers
-#: seen on recent drivers). No startup log of theirs is in the published suite.
-LEGACY_SAMPLER_BYTES_PER_LOGIT = 8
-LEGACY_FORWARD_HIDDEN_VECTORS = 2
-LEGACY_RUNTIME_OVERHEAD_BYTES = 768 << 20
-
-#: Hidden-state vectors (of ``hidden_size``) per token alive at the forward pass's widest
-#: moment besides that moment's own tensors: the residual stream, the layer's (normed) input
-#: and the output the moment is computing into (the down projection's, while gate/up and the
-#: activated intermediate are still referenced). A fit: the activation peaks vLLM logged
-#: for the same model and GPU at two profile sizes (vllm-project/vllm #10517: Llama-3.1-8B,
-#: 2.07 GiB at 20,000 tokens, 2.99 GiB at 29,000) grow by 109.8 KB a token; 3 x 4096 +
-#: 3 x 14,336 bf16 elements are 110.6 KB (2 x 4096 would be 102.4 KB).
-FORWARD_HIDDEN_VECTORS = 3
-
 
 @dataclass(frozen=True)
 class StagePlan:
@@ -125,6 +104,9 @@ class MemoryPlan:
     tensor_parallel_size: int = 1  # GPUs of the replica; every size above is per GPU
     pipeline_parallel_size: int = 1  # stages; the sizes above are the binding stage's GPU's
     stages: tuple[StagePlan, ...] = ()  # pp > 1: every stage's plan of one of its GPUs, first to last
+    #: attention data-parallel ranks (engine.attention_data_parallel: the tp GPUs; else 1): each
+    #: GPU holds its own requests' KV, so num_gpu_blocks counts every rank's blocks
+    attention_ranks: int = 1
 
     @property
     def pool_tokens(self) -> int:
@@ -137,60 +119,19 @@ class MemoryPlan:
         return math.ceil(self.max_kv_tokens_per_seq / self.block_size)
 
     @property
+    def blocks_per_rank(self) -> int:
+        """The blocks one sequence's GPU has: all of them, or one attention rank's share."""
+        return self.num_gpu_blocks // self.attention_ranks
+
+    @property
     def max_full_length_seqs(self) -> int:
-        """Sequences that fit at once if each grows to its longest (whole blocks each)."""
-        return self.num_gpu_blocks // self.blocks_per_full_seq
+        """Sequences that fit at once if each grows to its longest (whole blocks each, on one rank)."""
+        return self.attention_ranks * (self.blocks_per_rank // self.blocks_per_full_seq)
 
     @property
     def max_concurrency(self) -> float:
         """vLLM's logged 'Maximum concurrency': pool_tokens / max_kv_tokens_per_seq."""
         return self.pool_tokens / self.max_kv_tokens_per_seq
-
-
-def estimate_activation_peak_bytes(model: ModelSpec, *, max_num_batched_tokens: int,
-                                  max_num_seqs: int, dtype_bytes: float = 2,
-                                  sampler_vocab_size: int | None = None,
-                                  engine_profile: str | None = None) -> int:
-    """Estimate of the activation peak vLLM's profiling run measures, in bytes.
-
-    The run is a forward pass over ``max_num_batched_tokens`` tokens, then the sampler over
-    ``max_num_seqs`` rows of logits; the peak is the larger of the two moments (the forward
-    pass's activations are freed before the sampler runs: the logged peaks of two profile
-    sizes differ by the forward pass's growth alone, vllm-project/vllm #10517).
-
-    Forward, per token in the weight dtype: FORWARD_HIDDEN_VECTORS x hidden_size plus the
-    widest moment inside a layer, whichever is larger of
-      attention: q, k, v (or MLA's projections) and the attention output;
-      MLP: gate+up output and the activated intermediate (3 x intermediate_size; OPT's
-      fc1 output and activation, 2 x ffn_dim); MoE layers: that for each of the top-k
-      routed experts and for the shared experts, plus the router logits.
-    Sampler: ``max_num_seqs`` x vocab_size x SAMPLER_BYTES_PER_LOGIT (``sampler_vocab_size``,
-    default the model's: a tensor-parallel GPU's share of the model samples over the whole,
-    gathered vocabulary; 0 on a pipeline stage without the lm_head), plus the final hidden
-    states it is computed from (tokens x hidden_size). An estimate: the true peak depends
-    on kernels and fusion. ``engine_profile`` outside VLLM_PROFILES: the legacy estimate
-    (forward with LEGACY_FORWARD_HIDDEN_VECTORS plus LEGACY_SAMPLER_BYTES_PER_LOGIT logits).
-    """
-    vllm = engine_profile is None or engine_profile in VLLM_PROFILES
-    ops = {op.name: op for op in linear_ops(model)}
-    attn = sum(ops[n].n for n in ("qkv", "q", "q_b", "kv_a", "kv_b") if n in ops)
-    attn += model.num_attention_heads * (model.v_head_dim or model.head_dim)
-    mlp_factor = 3 if model.mlp is MlpKind.GATED else 2
-    mlp = mlp_factor * model.intermediate_size if model.num_dense_mlp_layers else 0
-    if model.is_moe:
-        moe = 3 * model.moe_intermediate_size * (model.num_experts_per_tok + model.num_shared_experts)
-        mlp = max(mlp, moe + model.num_experts)
-    vectors = FORWARD_HIDDEN_VECTORS if vllm else LEGACY_FORWARD_HIDDEN_VECTORS
-    per_token = vectors * model.hidden_size + max(attn, mlp)
-    forward = math.ceil(max_num_batched_tokens * per_token * dtype_bytes)
-    vocab = model.vocab_size if sampler_vocab_size is None else sampler_vocab_size
-    if not vllm:
-        return forward + max_num_seqs * vocab * LEGACY_SAMPLER_BYTES_PER_LOGIT
-    if vocab == 0:  # no sampler on this GPU
-        return forward
-    sampler = max_num_seqs * vocab * SAMPLER_BYTES_PER_LOGIT
-    sampler += math.ceil(max_num_batched_tokens * model.hidden_size * dtype_bytes)
-    return max(forward, sampler)
 
 
 def default_runtime_overhead_bytes(tensor_parallel_size: int = 1, engine_profile: str | None = None) -> int:
@@ -217,7 +158,7 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
                 quant_group_size: int = 64, num_gpu_blocks_override: int | None = None,
                 tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1,
                 engine_profile: str | None = None, embedding_bytes: float | None = None,
-                source: str = "<cli>") -> MemoryPlan:
+                attention_data_parallel: bool = False, source: str = "<cli>") -> MemoryPlan:
     """Size the KV pool; raise ConfigError(source, key, ...) for bad arguments or no room.
 
     ``activation_peak_bytes`` / ``runtime_overhead_bytes`` default to this module's
@@ -227,7 +168,8 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
     pipeline-parallel one (module docstring). ``engine_profile``: the scenario's
     ``engine.profile`` (a string; None: the default, vllm-v1), which picks the estimates.
     ``embedding_bytes``: bytes per parameter of the embedding table and lm_head (None: 16-bit under quantized weights,
-    sim.model.weights).
+    sim.model.weights). ``attention_data_parallel``: the tp GPUs run attention data-parallel
+    (module docstring).
     """
     profile = None if engine_profile is None else str(getattr(engine_profile, "value", engine_profile))
     _require(0 < gpu_memory_utilization <= 1, source, "gpu_memory_utilization",
@@ -248,12 +190,15 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
     tp, pp = tensor_parallel_size, pipeline_parallel_size
     check_tensor_parallel(model, tp, source, "tensor_parallel_size")
     check_pipeline_parallel(model, pp, source, "pipeline_parallel_size")
+    ranks = tp if attention_data_parallel else 1
+    _require(ranks == 1 or (tp > 1 and pp == 1), source, "attention_data_parallel",
+             f"needs tensor_parallel_size > 1 and no pipeline parallelism (got tp {tp}, pp {pp})")
     if runtime_overhead_bytes is None:
         runtime_overhead_bytes = default_runtime_overhead_bytes(tp, profile)
     budget = gpu_memory_bytes * gpu_memory_utilization
     stages = []  # (stage plan, bytes per block) of every stage, first to last
     for index, layers in enumerate(stage_models(model, pp)):  # (model,) when pp == 1
-        shard = shard_model(layers, tp)  # the stage itself when tp == 1
+        shard = shard_model(layers, tp, ranks > 1)  # the stage itself when tp == 1
         weights = (weight_bytes(shard, weight_dtype_bytes, embedding_bytes) if pp == 1
                    else stage_weight_bytes(shard, index, pp, weight_dtype_bytes, embedding_bytes))
         act = activation_peak_bytes
@@ -280,7 +225,7 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
             f" {_gib(activation_peak_bytes)}, runtime overhead {_gib(runtime_overhead_bytes)}"
             f" leaves {_gib(pool)}; use a bigger GPU, a smaller model, more GPUs (tensor_parallel_size"
             f" or pipeline_parallel_size) or lower max_num_batched_tokens, or raise gpu_memory_utilization"))
-    num_blocks = num_gpu_blocks_override or pool // per_block
+    num_blocks = num_gpu_blocks_override or ranks * (pool // per_block)
     if num_blocks > MAX_GPU_BLOCKS:
         key = "num_gpu_blocks_override" if num_gpu_blocks_override else "block_size"
         raise ConfigError(source, key, (
@@ -294,7 +239,7 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
         bytes_per_token=per_token, block_size=block_size, bytes_per_block=per_block,
         num_gpu_blocks=num_blocks, max_model_len=max_model_len,
         max_kv_tokens_per_seq=max_kv_tokens_per_seq(model, max_model_len), tensor_parallel_size=tp,
-        pipeline_parallel_size=pp, stages=tuple(st for st, _ in stages) if pp > 1 else ())
+        pipeline_parallel_size=pp, stages=tuple(st for st, _ in stages) if pp > 1 else (), attention_ranks=ranks)
 
 
 def check_fits_one_sequence(plan: MemoryPlan, max_model_len: int, source: str = "<cli>") -> None:
@@ -306,12 +251,13 @@ def check_fits_one_sequence(plan: MemoryPlan, max_model_len: int, source: str = 
     tokens = max_model_len
     if plan.max_kv_tokens_per_seq < plan.max_model_len:  # sliding window: the plan knows it
         tokens = min(max_model_len, plan.max_kv_tokens_per_seq)
-    needed = math.ceil(tokens / plan.block_size)
-    if needed > plan.num_gpu_blocks:
+    needed, have = math.ceil(tokens / plan.block_size), plan.blocks_per_rank
+    if needed > have:
+        pool = "the pool has" if plan.attention_ranks == 1 else "one attention rank's pool has"
         raise ConfigError(source, "max_model_len", (
             f"one sequence of {max_model_len} tokens needs {needed} KV blocks"
-            f" ({_gib(needed * plan.bytes_per_block)}) but the pool has {plan.num_gpu_blocks}"
-            f" ({_gib(plan.num_gpu_blocks * plan.bytes_per_block)}); set max_model_len <= {plan.pool_tokens}"
+            f" ({_gib(needed * plan.bytes_per_block)}) but {pool} {have}"
+            f" ({_gib(have * plan.bytes_per_block)}); set max_model_len <= {have * plan.block_size}"
             f" or free memory (gpu_memory_utilization, a smaller model or KV dtype)"))
 
 

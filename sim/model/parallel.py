@@ -84,18 +84,23 @@ def check_tensor_parallel(model: ModelSpec, tp: int, source: str = "<cli>", key:
     raise ConfigError(source, key, f"{why}; allowed for this model: {allowed}")
 
 
-def shard_model(model: ModelSpec, tp: int) -> ModelSpec:
+def shard_model(model: ModelSpec, tp: int, attention_dp: bool = False) -> ModelSpec:
     """The share of ``model`` one GPU of a ``tp``-way tensor-parallel replica holds (see the
-    module docstring); ``model`` itself for tp = 1. Call ``check_tensor_parallel`` first."""
+    module docstring); ``model`` itself for tp = 1. Call ``check_tensor_parallel`` first.
+    ``attention_dp``: attention data-parallel over the tp GPUs (``engine.attention_data_parallel``):
+    every GPU keeps all attention heads (and its own requests' KV), the MLP, experts and
+    vocabulary stay split."""
     if tp == 1:
         return model
 
     def split(n: int | None) -> int | None:
         return None if n is None else math.ceil(n / tp)
 
+    heads = (model.num_attention_heads, model.num_kv_heads) if attention_dp else (
+        model.num_attention_heads // tp, kv_heads_per_gpu(model, tp))
     return dataclasses.replace(
-        model, name=f"{model.name} (1/{tp})",
-        num_attention_heads=model.num_attention_heads // tp, num_kv_heads=kv_heads_per_gpu(model, tp),
+        model, name=f"{model.name} (1/{tp}{', attention data-parallel' if attention_dp else ''})",
+        num_attention_heads=heads[0], num_kv_heads=heads[1],
         intermediate_size=split(model.intermediate_size), vocab_size=split(model.vocab_size),
         moe_intermediate_size=split(model.moe_intermediate_size),
         shared_expert_intermediate_size=split(model.shared_expert_intermediate_size))

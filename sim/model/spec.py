@@ -152,8 +152,12 @@ class ModelSpec:
         return total
 
 
+#: linear_ops' attention projections (listed first), as opposed to the MLP's and the experts'
+ATTENTION_OPS = frozenset({"qkv", "o", "q", "q_a", "q_b", "kv_a", "kv_b"})
+
+
 def linear_ops(model: ModelSpec) -> tuple[LinearOp, ...]:
-    """The per-layer GEMMs of ``model`` (attention projections and MLP), lm_head excluded."""
+    """The per-layer GEMMs of ``model``: attention projections (ATTENTION_OPS) then the MLP; no lm_head."""
     L, h, H = model.num_layers, model.hidden_size, model.num_attention_heads
     if model.is_mla:
         qk = model.qk_nope_head_dim + model.qk_rope_head_dim
@@ -202,6 +206,16 @@ def attn_flops_per_pair(model: ModelSpec) -> int:
     else:
         per_layer = 4 * H * model.head_dim
     return model.num_layers * per_layer
+
+
+def decode_attn_flops_per_pair(model: ModelSpec) -> int:
+    """FLOPs of one decode (query, key) pair summed over layers and heads: as ``attn_flops_per_pair``
+    but MLA in the absorbed form every engine decodes with (the latent is the key and the value):
+    2 x heads x (kv_lora_rank + qk_rope) + 2 x heads x kv_lora_rank per layer, compute-bound."""
+    if not model.is_mla:
+        return attn_flops_per_pair(model)
+    H, c = model.num_attention_heads, model.kv_lora_rank
+    return model.num_layers * (2 * H * (c + model.qk_rope_head_dim) + 2 * H * c)
 
 
 def flops_per_token(model: ModelSpec) -> int:
@@ -299,7 +313,7 @@ def max_kv_tokens_per_seq(model: ModelSpec, max_model_len: int) -> int:
 
 
 __all__ = [
-    "KVDtype", "MlpKind", "NormKind", "ModelSpec", "LinearOp", "linear_ops", "lm_head_op",
-    "attn_flops_per_pair", "elementwise_bytes_per_token", "flops_per_token", "kv_bytes_per_token",
+    "ATTENTION_OPS", "KVDtype", "MlpKind", "NormKind", "ModelSpec", "LinearOp", "linear_ops", "lm_head_op",
+    "attn_flops_per_pair", "decode_attn_flops_per_pair", "elementwise_bytes_per_token", "flops_per_token", "kv_bytes_per_token",
     "max_kv_tokens_per_seq", "moe_routing_bytes_per_token", "MOE_ROUTING_KERNELS_PER_LAYER",
 ]

@@ -74,6 +74,8 @@ def test_table_output(capsys) -> None:
     (["--model", "llama-3-8b", "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization", "(0, 1.0]"),
     (["--model", "llama-3-8b", "--gpu", "tpu-v9"], "--gpu", "unknown GPU calibration"),
     (["--model", "qwen2.5-7b", "--gpu", "rtx-4060-8gb"], "--gpu-memory-utilization", "no memory left"),
+    (["--model", "llama-3-8b", "--attention-dp"], "--attention-dp", "give --tp 2, 4 or 8"),
+    (["--model", "llama-3-8b", "--embedding-dtype", "fp5"], "--embedding-dtype", "allowed: fp32, bf16"),
 ])
 def test_bad_input_raises_config_error_naming_the_flag(argv, key: str, fragment: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -145,3 +147,12 @@ def test_bad_config_json_through_the_command_line(tmp_path, capsys) -> None:
     assert main(["kv", "--model", str(path)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == [f"error: {path}: num_key_value_heads: must divide num_attention_heads (28), got 3"]
+
+
+def test_attention_dp_holds_whole_tokens_per_gpu(capsys) -> None:
+    base = ["--model", "deepseek-v3", "--weight-dtype", "fp8", "--gpu", "h200", "--tp", "8", "--max-model-len", "8192"]
+    tp, dp = run_json(capsys, base), run_json(capsys, [*base, "--attention-dp"])
+    assert dp["attention_data_parallel"] and not tp["attention_data_parallel"]
+    assert dp["bytes_per_token_per_gpu"] == tp["bytes_per_token_per_gpu"]  # MLA's latent: one either way
+    assert dp["weight_bytes_per_gpu"] > tp["weight_bytes_per_gpu"]  # the attention on every GPU
+    assert dp["pool_tokens"] > 5 * tp["pool_tokens"]  # no latent repeated on 8 GPUs

@@ -38,13 +38,19 @@ def tiny_scenarios(draw):
     if draw(st.booleans()):
         workload["conversation"] = {"turns": {"type": "uniform", "low": 1, "high": 3},
                                     "think_time_s": draw(st.sampled_from([0.0, 0.05]))}
+    parallel = draw(st.sampled_from(["one GPU", "one GPU", "tensor", "attention data"]))
+    blocks = min_blocks + draw(st.integers(0, 2 * min_blocks))
+    engine = {"max_model_len": MAX_MODEL_LEN, "num_gpu_blocks_override": blocks,
+              "profile_overrides": {"reserve_full_length": draw(st.booleans())}}
+    if parallel != "one GPU":  # tiny-llama's 4 heads and 2 KV heads over 2 GPUs
+        engine["tensor_parallel_size"] = 2
+    if parallel == "attention data":  # one sequence on one GPU: each of the 2 holds room for one
+        engine |= {"attention_data_parallel": True, "num_gpu_blocks_override": 2 * blocks}
     return {
         "seed": draw(st.integers(0, 2**16)),
         "model": "tiny-llama",
         "gpu": "a100-80gb",
-        "engine": {"max_model_len": MAX_MODEL_LEN,
-                   "num_gpu_blocks_override": min_blocks + draw(st.integers(0, 2 * min_blocks)),
-                   "profile_overrides": {"reserve_full_length": draw(st.booleans())}},
+        "engine": engine,
         "kv": {"allocator": allocator, "block_size": block_size,
                "prefix_caching": allocator == "paged" and draw(st.booleans()),
                "swap_space_gb": draw(st.sampled_from([0.0, 2e-5, 1.0]))},
