@@ -29,7 +29,7 @@ PROFILES = ("eager", "vllm-v1", "vllm-v0", "sglang", "trtllm", "compiled")  # si
 REQUIRES = ("pipeline_parallel", "replicas", "disaggregation")
 
 TOP_KEYS = {"id", "family", "engine", "engine_version", "profile", "citation", "published",
-            "scenario", "notes", "requires", "compute_dtype", "embedding_dtype"}
+            "scenario", "notes", "requires", "compute_dtype", "embedding_dtype", "attention_data_parallel"}
 REQUIRED_KEYS = ("id", "family", "engine", "engine_version", "profile", "citation",
                  "published", "scenario", "notes")
 CITATION_KEYS = ("url", "where", "quote", "setup")
@@ -86,6 +86,7 @@ class Case:
     requires: list[str] = field(default_factory=list)
     compute_dtype: str | None = None
     embedding_dtype: str | None = None  # the engine's lm_head / embedding dtype when not the default
+    attention_data_parallel: bool | None = None  # the GPUs ran attention data-parallel (DEP)
 
     @property
     def runnable(self) -> bool:
@@ -151,10 +152,13 @@ def load_case(path: str | Path) -> Case:
     _need(cd is None or isinstance(cd, str), path, "compute_dtype", "must be a dtype name")
     ed = data.get("embedding_dtype")
     _need(ed is None or isinstance(ed, str), path, "embedding_dtype", "must be a dtype name")
+    adp = data.get("attention_data_parallel")
+    _need(adp is None or isinstance(adp, bool), path, "attention_data_parallel", "must be true or false")
     return Case(id=data["id"], family=data["family"], engine=data["engine"],
                 engine_version=str(data["engine_version"]), profile=data["profile"],
                 citation=cit, published=pub, scenario=data["scenario"], notes=data["notes"],
-                path=path, requires=list(req), compute_dtype=cd, embedding_dtype=ed)
+                path=path, requires=list(req), compute_dtype=cd, embedding_dtype=ed,
+                attention_data_parallel=adp)
 
 
 def load_cases(cases_dir: str | Path = CASES_DIR, only: list[str] | None = None) -> list[Case]:
@@ -178,14 +182,14 @@ def engine_fields() -> set[str]:
 
 
 def scenario_dict(case: Case) -> dict:
-    """The case's scenario mapping with name, and profile / compute_dtype / embedding_dtype when supported."""
+    """The case's scenario mapping with name, and profile and the optional engine keys when supported."""
     data = copy.deepcopy(case.scenario)
     data.setdefault("name", case.id)
     fields = engine_fields()
     eng = data.setdefault("engine", {})
     if "profile" in fields:
         eng.setdefault("profile", case.profile)
-    for key in ("compute_dtype", "embedding_dtype"):
+    for key in ("compute_dtype", "embedding_dtype", "attention_data_parallel"):
         if getattr(case, key) is not None and key in fields:
             eng.setdefault(key, getattr(case, key))
     return data
