@@ -15,7 +15,9 @@ Precision below), eff(m) = eff_max x m / (m + m_half).
       + lm_head: the same with m = num_seqs (only each sequence's last token needs logits), in
         its own dtype: bf16 beside quantized layers (sim/model/dtypes.py embedding_dtype)
       + decode attention: decode_kv_tokens x kv_bytes_per_token / B (x decode_kv_reads, the query
-        heads per KV head, under a profile whose kernel reads a KV head once per query head)
+        heads per KV head, under a profile whose kernel reads a KV head once per query head), or
+        its math when that takes longer, decode_kv_tokens x decode_attn_flops_per_pair / (F_bf16
+        eff_max): only MLA's absorbed decode is compute-bound
       + prefill attention: prefill_attn_pairs x attn_flops_per_pair / (F eff_max)
                            + prefill_kv_tokens x kv_bytes_per_token / B
         (attention kernels tile queries by sequence, so their efficiency is taken as the
@@ -34,6 +36,12 @@ far from the ridge it is the roofline's max.
 MoE layers add their routing (sim.model.spec.moe_routing_bytes_per_token): the router's
 top-k, the token permute and unpermute (m x top_k x hidden activations read and written
 twice per MoE layer) over B, and MOE_ROUTING_KERNELS_PER_LAYER launches per MoE layer.
+
+Attention data parallelism (``attention_data_parallel``, sim/model/memory.py): each of the tp
+GPUs holds all attention heads, the MLP and experts stay split; the attention projections, the
+elementwise traffic, the KV reads and the attention math run on 1/tp of the step's tokens (an
+even share of its requests), the MLP on all of them, and an all-gather before and a
+reduce-scatter after each MLP (one all-reduce's bytes) replace the layer's two all-reduces.
 
 Precision (sim/calib/precision.py): F is the peak of the GEMMs' math mode, ``compute_dtype``
 (the scenario's ``engine.compute_dtype``): peak_flops x compute_peaks[mode] / compute_peaks.bf16
