@@ -25,6 +25,7 @@ Precision below), eff(m) = eff_max x m / (m + m_half).
       + non-GEMM traffic (norms, residual adds, RoPE, activation, embedding lookup, KV write):
             m x elementwise_bytes_per_token / B
       + layers x (NON_GEMM_KERNELS_PER_LAYER + 1 attention kernel) x kernel_launch_s
+      + MoE layers x MOE_LAYER_FIXED_S (routing and its kernels' floors, graphs or not)
 
 Since m x 2nk / (F eff(m)) = 2nk (m + m_half) / (F eff_max), a GEMM's compute time is
 linear in m with a floor: that is what the per-op constants store. ``smax(a, b) = (a^p +
@@ -37,11 +38,9 @@ MoE layers add their routing (sim.model.spec.moe_routing_bytes_per_token): the r
 top-k, the token permute and unpermute (m x top_k x hidden activations read and written
 twice per MoE layer) over B, and MOE_ROUTING_KERNELS_PER_LAYER launches per MoE layer.
 
-Attention data parallelism (``attention_data_parallel``, sim/model/memory.py): each of the tp
-GPUs holds all attention heads, the MLP and experts stay split; the attention projections, the
-elementwise traffic, the KV reads and the attention math run on 1/tp of the step's tokens (an
-even share of its requests), the MLP on all of them, and an all-gather before and a
-reduce-scatter after each MLP (one all-reduce's bytes) replace the layer's two all-reduces.
+Attention data parallelism (``attention_data_parallel``, sim/model/memory.py): attention
+projections, elementwise traffic, KV reads and attention math on 1/tp of the step's tokens, the
+MLP on all; an all-gather and a reduce-scatter around each MLP replace the two all-reduces.
 
 Precision (sim/calib/precision.py): F is the peak of the GEMMs' math mode, ``compute_dtype``
 (the scenario's ``engine.compute_dtype``): peak_flops x compute_peaks[mode] / compute_peaks.bf16
@@ -93,6 +92,11 @@ from sim.model.spec import (
     ATTENTION_OPS, MOE_ROUTING_KERNELS_PER_LAYER, KVDtype, ModelSpec, attn_flops_per_pair, decode_attn_flops_per_pair,
     elementwise_bytes_per_token,
     kv_bytes_per_token, linear_ops, lm_head_op, moe_routing_bytes_per_token)
+
+#: A MoE layer's fixed time per step (routing, align/sort, its kernels' floors; graphs or not), s:
+#: fitted on 134 published fused-MoE kernel timings of 6 sources (A100/H100/B200, 1-4,096 tokens;
+#: benchmarks/moe_kernels/fit_expert_m_half.py): 0 / 20 / 30 / 40 us give 38.3 / 15.7 / 9.4 / 18.5%.
+MOE_LAYER_FIXED_S = 30e-6
 
 #: Kernels per layer besides GEMMs and attention: two fused add+norms, RoPE, the MLP
 #: activation and the KV cache write (vLLM's reshape_and_cache).
@@ -306,7 +310,8 @@ def build_datasheet_cost(model: ModelSpec, calibration: Calibration, kv_dtype: K
         kv_read_s_per_token=kv_bytes / bw,
         attn_s_per_pair=attn_flops_per_pair(model) / (cal.peak_flops * cal.compute_eff_max),
         elementwise_s_per_token=traffic / bw,
-        fixed_step_s=cal.step_overhead_s + kernels * launch,
+        fixed_step_s=cal.step_overhead_s + kernels * launch + (model.num_moe_layers * MOE_LAYER_FIXED_S
+                                                               if model.is_moe else 0.0),
         pcie_bandwidth_bytes_per_s=cal.pcie_bandwidth_bytes_per_s,
         device_copy_bytes_per_s=cal.effective_bandwidth_bytes_per_s, kernel_launch_s=cal.kernel_launch_s,
         compute_dtype=gp.compute, collectives=collectives, ridge_sharpness=RIDGE_SHARPNESS,

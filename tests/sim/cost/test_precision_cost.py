@@ -194,7 +194,9 @@ def test_datasheet_moe_pays_routing_and_dense_does_not() -> None:
     assert cm.elementwise_s_per_token * cal.effective_bandwidth_bytes_per_s == pytest.approx(
         elementwise_bytes_per_token(model, 2, kv) + routing)
     launches = model.num_layers * 6 + model.num_moe_layers * MOE_ROUTING_KERNELS_PER_LAYER
-    assert cm.fixed_step_s == pytest.approx(cal.step_overhead_s + launches * cal.kernel_launch_s)
+    from sim.cost.datasheet import MOE_LAYER_FIXED_S
+    assert cm.fixed_step_s == pytest.approx(cal.step_overhead_s + launches * cal.kernel_launch_s
+                                            + model.num_moe_layers * MOE_LAYER_FIXED_S)
     dense = build_datasheet_cost(load_model("llama-3-8b"), cal, "bf16", 2)
     assert dense.fixed_step_s == pytest.approx(cal.step_overhead_s + 32 * 6 * cal.kernel_launch_s)
 
@@ -268,3 +270,17 @@ def test_fitted_lm_head_runs_the_bf16_gemm_beside_fp8_layers() -> None:
     assert bf16.head_gemm is None and fp8.head_gemm is not None
     assert fp8._gemm(4, n, k, fp8.head_gemm) == pytest.approx(bf16._gemm(4, n, k))
     assert fp8._gemm(4, n, k) < 0.75 * bf16._gemm(4, n, k)  # the layers' fp8 GEMM reads half the bytes
+
+
+def test_a_moe_layer_pays_a_fixed_time_per_step_graphs_or_not() -> None:
+    # MOE_LAYER_FIXED_S: routing and the MoE kernels' floors, fitted on published fused-MoE timings
+    from sim.cost.datasheet import MOE_LAYER_FIXED_S
+    cal = load_calibration("h100-sxm")
+    moe, dense = load_model("qwen3-30b-a3b"), load_model("qwen3-8b")
+    for launch in (cal.kernel_launch_s, 0.0):  # eager, and a graph replay (no launches)
+        c = dataclasses.replace(cal, kernel_launch_s=launch, step_overhead_s=0.0)
+        m, d = (build_datasheet_cost(x, c, "bf16", 2) for x in (moe, dense))
+        kernels = moe.num_layers * 6 + moe.num_moe_layers * MOE_ROUTING_KERNELS_PER_LAYER  # 5 non-GEMM + attention
+        assert m.fixed_step_s == pytest.approx(kernels * launch + moe.num_moe_layers * MOE_LAYER_FIXED_S)
+        assert d.fixed_step_s == pytest.approx(dense.num_layers * 6 * launch)
+    assert MOE_LAYER_FIXED_S * moe.num_moe_layers == pytest.approx(1.44e-3)  # 48 MoE layers: 1.44 ms a step
