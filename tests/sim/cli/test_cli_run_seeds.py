@@ -100,3 +100,16 @@ def test_json_flag_prints_the_summary(scenarios_dir, tmp_path, capsys) -> None:
 def test_prealloc_overrides_all_drain(scenarios_dir, tmp_path, override) -> None:
     _, s = run(scenarios_dir, tmp_path, "seed-prealloc.yaml", override)
     assert s["requests"]["completed"] == 16 and s["requests"]["in_flight"] == 0
+
+
+def test_deepseek_attention_data_parallel_holds_every_latent_once(scenarios_dir, tmp_path) -> None:
+    out, dp = run(scenarios_dir, tmp_path / "dp", "deepseek-r1-dp-attention.yaml", report=True)
+    assert (out / "report.html").stat().st_size > 0
+    _, tp = run(scenarios_dir, tmp_path / "tp", "deepseek-r1-dp-attention.yaml", "engine.attention_data_parallel=false")
+    assert dp["memory"]["attention_ranks"] == 8 and tp["memory"]["attention_ranks"] == 1
+    assert dp["kv"]["pool_tokens"] > 5 * tp["kv"]["pool_tokens"]  # no latent on every GPU
+    assert dp["memory"]["weight_bytes"] > tp["memory"]["weight_bytes"]  # every GPU holds all the attention
+    for s in (dp, tp):
+        assert s["requests"]["completed"] == s["requests"]["arrived"] == 600
+    assert dp["preemptions"]["recompute"] == 0 < tp["preemptions"]["recompute"]  # the plain pool runs out
+    assert dp["ttft_s"]["p90"] < tp["ttft_s"]["p90"] / 10 and dp["goodput_requests_per_s"] > tp["goodput_requests_per_s"]
