@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field
 
-from sim.config.limits import FrozenModel as _Frozen, pos_float
+from sim.config.limits import FrozenModel as _Frozen, nonneg_float, pos_float, pos_int
 
 
 class PoissonArrival(_Frozen):
@@ -36,6 +36,18 @@ class OfflineArrival(_Frozen):
     type: Literal["offline"]
 
 
+class ClosedArrival(_Frozen):
+    """Closed-loop clients, as a load test with a fixed concurrency runs them (vLLM's
+    ``bench serve --max-concurrency``, SGLang's ``bench_serving --max-concurrency``):
+    ``concurrency`` clients each send a request at t = 0 and their next one ``think_time_s``
+    after its answer (0: at once), until ``num_requests`` were sent; the requests are
+    independent (no history). A rejected request ends its client. Needs ``num_requests``."""
+
+    type: Literal["closed"]
+    concurrency: pos_int("workload.arrival.concurrency")
+    think_time_s: nonneg_float("workload.arrival.think_time_s") = 0.0
+
+
 ArrivalProcess = Annotated[
-    Union[PoissonArrival, GammaArrival, ConstantArrival, OfflineArrival], Field(discriminator="type")
+    Union[PoissonArrival, GammaArrival, ConstantArrival, OfflineArrival, ClosedArrival], Field(discriminator="type")
 ]

@@ -68,6 +68,8 @@ _TABLE = (
     Limit("workload.duration_s", MAX_DURATION_S, "one year of arrivals"),
     Limit("workload.arrival.rate", 1e6, "requests per second", min=1e-6),
     Limit("workload.arrival.cv", 100.0, "burstiness", min=1e-3),
+    Limit("workload.arrival.concurrency", MAX_SESSIONS, "closed-loop clients, each a session"),
+    Limit("workload.arrival.think_time_s", 1e6, "about 12 days"),
     Limit("workload.trace.speedup", 1e6, "replay speed", min=1e-6),
     Limit("workload.max_tokens", MAX_TOKENS, "as engine.max_model_len"),
     Limit("<length>.value", MAX_TOKENS, "as engine.max_model_len"),

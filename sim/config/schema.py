@@ -12,7 +12,7 @@ from typing import Annotated, Literal, Union
 from pydantic import Field, field_validator, model_validator
 
 from sim.config.arrival_schema import (  # noqa: F401 (re-exported)
-    ArrivalProcess, ConstantArrival, GammaArrival, OfflineArrival, PoissonArrival)
+    ArrivalProcess, ClosedArrival, ConstantArrival, GammaArrival, OfflineArrival, PoissonArrival)
 from sim.config.cluster_schema import ClusterConfig
 from sim.config.limits import FrozenModel as _Frozen, nonneg_float, nonneg_int, pos_float, pos_int
 from sim.config.paths import resolve_in
@@ -27,7 +27,8 @@ from sim.sched.preemption import PreemptionMode
 from sim.sched.victim import VictimPolicy
 
 __all__ = [  # the policy choices are defined next to their policies and re-exported
-    "AllocatorKind", "ArrivalProcess", "BatchingPolicy", "ComputeDtypeName", "ConstantArrival", "Conversation",
+    "AllocatorKind", "ArrivalProcess", "BatchingPolicy", "ClosedArrival", "ComputeDtypeName", "ConstantArrival",
+    "Conversation",
     "DtypeName", "EmpiricalLength", "EngineConfig", "FixedLength", "GammaArrival", "KVConfig",
     "LengthDist", "LogNormalLength", "OfflineArrival", "ProfileOverrides", "PoissonArrival", "PosFloat", "PosInt",
     "PreemptionMode",
@@ -166,6 +167,10 @@ class Workload(_Frozen):
                 raise ValueError("give 'num_requests' or 'duration_s' (or both)")
             if isinstance(self.arrival, OfflineArrival) and self.num_requests is None:
                 raise ValueError("an offline arrival (every request at t = 0) needs 'num_requests'")
+            if isinstance(self.arrival, ClosedArrival) and (self.num_requests is None or self.duration_s is not None
+                                                            or self.conversation is not None):
+                raise ValueError("a closed arrival (clients that each send their next request after an answer) "
+                                 "needs 'num_requests', and takes neither 'duration_s' nor 'conversation'")
         return self
 
 

@@ -192,7 +192,8 @@ def replica_parts(parts: EngineParts) -> EngineParts:
 
 class SessionDriver:
     """Turns sessions into requests. Turn k's prompt is the session's shared prefix (if
-    any), the previous turns' prompts and answers, and the turn's new user tokens; its
+    any), the previous turns' prompts and answers (not for a closed-loop client's requests,
+    ``SessionSpec.history`` False), and the turn's new user tokens; its
     ``max_tokens`` is the workload's, clipped to ``max_model_len`` minus the prompt."""
 
     def __init__(self, sc: Scenario, scheduler) -> None:
@@ -209,7 +210,7 @@ class SessionDriver:
         """Turn ``turn`` of ``session`` as a request that arrived at ``now``, counted in
         ``requests`` but not yet given to the scheduler (a front end may still hold it)."""
         spec = session.turns[turn]
-        history = self._history.get(session.session_id)
+        history = self._history.get(session.session_id) if session.history else None
         if history is None:
             history = (session.prefix,) if session.prefix is not None else ()
         segments = history + ((session.first_segment + turn, spec.user_tokens),)
@@ -222,7 +223,7 @@ class SessionDriver:
         # The turn's user tokens (a segment id no other turn has) and its answer are its own;
         # a later turn of the session repeats them.
         req.own_from = num_prompt - spec.user_tokens
-        req.followed = turn + 1 < len(session.turns)
+        req.followed = session.history and turn + 1 < len(session.turns)
         self.requests.append(req)
         return req
 
@@ -231,7 +232,8 @@ class SessionDriver:
         session = req.session
         nxt = req.turn + 1
         if nxt < len(session.turns):
-            self._history[session.session_id] = req.segments()
+            if session.history:  # a closed-loop client's next request does not carry this one
+                self._history[session.session_id] = req.segments()
             return session, nxt, session.turns[nxt].think_time_s
         self._history.pop(session.session_id, None)
         return None

@@ -19,7 +19,8 @@ import numpy as np
 from sim.errors import ConfigError
 from sim.config.limits import MAX_DURATION_S, MAX_REQUESTS, MAX_SESSIONS, MAX_TOKENS
 from sim.config.scenario import (
-    MAX_TURNS, ConstantArrival, EmpiricalLength, FixedLength, GammaArrival, LogNormalLength, OfflineArrival,
+    MAX_TURNS, ClosedArrival, ConstantArrival, EmpiricalLength, FixedLength, GammaArrival, LogNormalLength,
+    OfflineArrival,
     PoissonArrival, Scenario, UniformLength, ZipfLength)
 from sim.views import IndexedSequence
 from sim.workload.csvfile import read_columns
@@ -39,6 +40,7 @@ class SessionSpec:
     prefix: tuple[int, int] | None  # (segment_id, tokens) of a shared system prompt
     turns: tuple[TurnSpec, ...]
     first_segment: int  # segment id of turn 0's user tokens; turn k uses first_segment + k
+    history: bool = True  # a turn's prompt carries the earlier turns (False: a closed-loop client's requests)
 
 
 # ----------------------------------------------------------------------------- lengths
@@ -149,6 +151,11 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Sessions:
         if wl.num_requests is not None:
             arrived, prompts, outputs = (a[: wl.num_requests] for a in (arrived, prompts, outputs))
         turns_per = np.ones(arrived.size, dtype=np.int64)
+    elif isinstance(wl.arrival, ClosedArrival):  # concurrency clients at t = 0, num_requests spread over them
+        n = min(wl.arrival.concurrency, wl.num_requests)
+        arrived = np.zeros(n)
+        turns_per = np.full(n, wl.num_requests // n, dtype=np.int64)
+        turns_per[: wl.num_requests % n] += 1
     else:
         arrived = arrival_times(sc, rng)
         n = arrived.size
@@ -156,7 +163,12 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Sessions:
             sample_lengths(wl.conversation.turns, n, rng, sc)
             if wl.conversation is not None else np.ones(n, dtype=np.int64)
         )
+    if wl.trace is None:
         total_turns = int(turns_per.sum())
+        if isinstance(wl.arrival, ClosedArrival) and int(turns_per.max()) > MAX_TURNS:
+            raise ConfigError(sc.source_path, "workload.arrival.concurrency", (
+                f"{n} clients send {wl.num_requests} requests, up to {int(turns_per.max())} each; the most is "
+                f"{MAX_TURNS} a client: raise the concurrency or lower workload.num_requests"))
         if n and (int(turns_per.max()) > MAX_TURNS or total_turns > MAX_REQUESTS):
             raise ConfigError(sc.source_path, "workload.conversation.turns", (
                 f"{n} sessions drew {total_turns} turns, up to {int(turns_per.max())} in one; the "
@@ -164,7 +176,9 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Sessions:
         prompts = sample_lengths(wl.prompt_tokens, total_turns, rng, sc)
         outputs = sample_lengths(wl.output_tokens, total_turns, rng, sc)
     n = arrived.size
-    think_mean = wl.conversation.think_time_s if wl.conversation is not None else 0.0
+    closed = isinstance(wl.arrival, ClosedArrival)
+    think_mean = (wl.conversation.think_time_s if wl.conversation is not None
+                  else wl.arrival.think_time_s if closed else 0.0)
     thinks = rng.exponential(think_mean, size=int(turns_per.sum())) if think_mean > 0 else None
 
     sp = wl.shared_prefix
@@ -182,7 +196,7 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Sessions:
                   else np.zeros(n, dtype=np.int64))
     return Sessions(arrived.astype(float), turns_per.astype(np.int64), starts, prompts.astype(np.int64),
                     outputs.astype(np.int64), thinks, prefix_ids, sp.prefix_tokens if sp is not None else 0,
-                    next_segment)
+                    next_segment, history=not closed)
 
 
 _CHUNK = 4096  # sessions read from the arrays at a time
@@ -198,7 +212,8 @@ class Sessions(IndexedSequence):
 
     def __init__(self, arrived: np.ndarray, turns_per: np.ndarray, starts: np.ndarray, prompts: np.ndarray,
                  outputs: np.ndarray, thinks: np.ndarray | None, prefix_ids: np.ndarray, prefix_tokens: int,
-                 first_segment: int) -> None:
+                 first_segment: int, history: bool = True) -> None:
+        self._history = history  # False: closed-loop clients, whose requests do not carry earlier ones
         self._arrived, self._turns, self._starts = arrived, turns_per, starts
         self._prompts, self._outputs, self._thinks = prompts, outputs, thinks
         self._prefix_ids, self._prefix_tokens, self._first_segment = prefix_ids, prefix_tokens, first_segment
@@ -236,7 +251,8 @@ class Sessions(IndexedSequence):
                                    thinks[k + t] if (thinks is not None and t > 0) else 0.0)
                           for t in range(nts[j]))
             pid = pids[j]
-            yield SessionSpec(i0 + j, arrived[j], (pid, prefix_tokens) if pid else None, turns, first + starts[j])
+            yield SessionSpec(i0 + j, arrived[j], (pid, prefix_tokens) if pid else None, turns, first + starts[j],
+                              self._history)
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, Sequence) or len(self) != len(other):

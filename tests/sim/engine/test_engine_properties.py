@@ -28,14 +28,15 @@ def tiny_scenarios(draw):
         "num_requests": draw(st.integers(1, 10)),
         "arrival": draw(st.sampled_from([
             {"type": "poisson", "rate": 100.0}, {"type": "constant", "rate": 1000.0},
-            {"type": "gamma", "rate": 50.0, "cv": 3.0}, {"type": "offline"}])),
+            {"type": "gamma", "rate": 50.0, "cv": 3.0}, {"type": "offline"},
+            {"type": "closed", "concurrency": 2}, {"type": "closed", "concurrency": 3, "think_time_s": 0.01}])),
         "prompt_tokens": {"type": "uniform", "low": 1, "high": draw(st.integers(1, 100))},
         "output_tokens": {"type": "uniform", "low": 1, "high": draw(st.integers(1, 100))},
     }
     if draw(st.booleans()):
         workload["shared_prefix"] = {"num_prefixes": draw(st.integers(1, 2)),
                                      "prefix_tokens": draw(st.integers(1, 40))}
-    if draw(st.booleans()):
+    if workload["arrival"]["type"] != "closed" and draw(st.booleans()):  # closed clients carry no history
         workload["conversation"] = {"turns": {"type": "uniform", "low": 1, "high": 3},
                                     "think_time_s": draw(st.sampled_from([0.0, 0.05]))}
     parallel = draw(st.sampled_from(["one GPU", "one GPU", "tensor", "attention data"]))
