@@ -144,8 +144,8 @@ class DatasheetCost:
     #: spread over for attention (1: none), and how many of ``dense_ops`` (the first) are attention's
     attention_ranks: int = 1
     attention_ops: int = 0
-    #: a decode (query, key) pair's attention math, decode_attn_flops_per_pair / (F eff_max): decode
-    #: attention takes the longer of its KV reads and this (MLA's absorbed form is compute-bound)
+    #: a decode (query, key) pair's attention math, decode_attn_flops_per_pair / (F eff_max), decode attention
+    #: the longer of its KV reads and this; 0.0 where the reads always take longer (all but MLA's absorbed form)
     decode_attn_s_per_pair: float = 0.0
 
     @property
@@ -294,7 +294,7 @@ def build_datasheet_cost(model: ModelSpec, calibration: Calibration, kv_dtype: K
             experts.append((w, f, op.num_layers * launch, op.num_experts, op.experts_per_tok))
         else:
             dense.append((w, f, op.num_layers * launch))
-    head = lm_head_op(model)
+    head, decode_math = lm_head_op(model), decode_attn_flops_per_pair(model) / (cal.peak_flops * cal.compute_eff_max)
     head_bytes, hp = embedding_precision(cal, weight_dtype, weight_dtype_bytes, compute_dtype, embedding_dtype)
     head_bw, head_flops = bw * hp.weight_read_efficiency, hp.peak_flops * cal.compute_eff_max
     kv_bytes = kv_bytes_per_token(model, kv_dtype, quant_group_size=quant_group_size)
@@ -316,5 +316,5 @@ def build_datasheet_cost(model: ModelSpec, calibration: Calibration, kv_dtype: K
         device_copy_bytes_per_s=cal.effective_bandwidth_bytes_per_s, kernel_launch_s=cal.kernel_launch_s,
         compute_dtype=gp.compute, collectives=collectives, ridge_sharpness=RIDGE_SHARPNESS,
         attention_ranks=tensor_parallel_size if dp else 1, attention_ops=attention_ops if dp else 0,
-        decode_attn_s_per_pair=decode_attn_flops_per_pair(model) / (cal.peak_flops * cal.compute_eff_max),
+        decode_attn_s_per_pair=decode_math if decode_math > kv_bytes / bw else 0.0,  # reads >= 1 a KV head
     )
