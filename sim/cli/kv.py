@@ -15,7 +15,7 @@ from sim.errors import ConfigError
 from sim.model.attention import attention_layers, is_mixed, kv_bytes_per_seq, simulator_bytes_per_seq
 from sim.model.dtypes import DTYPE_BYTES, embedding_dtype
 from sim.model.parallel import (
-    check_pipeline_parallel, check_tensor_parallel, kv_heads_per_gpu, shard_model, stage_layers, stage_models,
+    check_pipeline_parallel, check_tensor_parallel, shard_model, stage_layers, stage_models,
     stage_weight_bytes)
 from sim.model.spec import KVDtype, kv_bytes_per_token, max_kv_tokens_per_seq
 from sim.model.weights import weight_bytes
@@ -125,7 +125,7 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
         out |= {"weight_bytes_per_gpu": max(weight_bytes(shard, DTYPE_BYTES[weight_dtype], vocab_bytes) if pp == 1
                                             else stage_weight_bytes(sh, i, pp, DTYPE_BYTES[weight_dtype], vocab_bytes)
                                             for i, sh in enumerate(shards)),
-                "kv_heads_per_gpu": None if model.is_mla else (model.num_kv_heads if dp else kv_heads_per_gpu(model, tp)),
+                "kv_heads_per_gpu": None if model.is_mla else shard.num_kv_heads,
                 "bytes_per_token_per_gpu": max(kv_bytes_per_token(sh, kv_dtype, quant_group_size=group)
                                                for sh in shards)}
     if max_model_len is not None:
@@ -139,7 +139,7 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
                     model, kv_dtype, max_model_len, block_size=block_size, quant_group_size=group)}
     if args.gpu is not None:
         out |= _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, weight_dtype, tp, pp,
-                            vocab_bytes)
+                            vocab_bytes, dp)
         if is_mixed(model) and pp == 1:  # the plan counts every layer at full length: give the exact figures
             seq = kv_bytes_per_seq(shard, kv_dtype, max_model_len, block_size=block_size, quant_group_size=group)
             seqs = out["kv_pool_bytes"] // seq
@@ -150,7 +150,7 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, weight_dtype, tp,
-                 pp=1, vocab_bytes=None) -> dict[str, Any]:
+                 pp=1, vocab_bytes=None, attention_dp=False) -> dict[str, Any]:
     from sim.calib.calibration import load_calibration  # noqa: PLC0415
     from sim.model.memory import plan_memory  # noqa: PLC0415
 
@@ -166,7 +166,7 @@ def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, 
                            max_num_batched_tokens=_number(args.max_num_batched_tokens,
                                                           "--max-num-batched-tokens", int),
                            tensor_parallel_size=tp, pipeline_parallel_size=pp, embedding_bytes=vocab_bytes,
-                           attention_data_parallel=bool(getattr(args, "attention_dp", False)), source=CLI)
+                           attention_data_parallel=attention_dp, source=CLI)
     except ConfigError as exc:  # name the flag the user can change
         flag = {"tensor_parallel_size": "--tp", "pipeline_parallel_size": "--pp",
                 "attention_data_parallel": "--attention-dp"}.get(

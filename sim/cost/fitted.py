@@ -185,7 +185,7 @@ def _gemm_precision(cal: Calibration, weight_dtype: str | None, weight_dtype_byt
     """(the GEMMs' dtype, the analytic params for the math mode, the measured (n, k, dtype)
     rows, activation bytes); (None, None, frozenset(), weight bytes) without precision sections.
     The form is the fitted gemm with its params scaled (a plain roofline without a fitted gemm).
-    ``gp``: the GemmPrecision when the caller has it (the lm_head's)."""
+    ``gp``: the GemmPrecision when the caller has it (the layers' or the lm_head's)."""
     gp = gp or gemm_precision(cal, weight_dtype, weight_dtype_bytes, compute_dtype)
     if cal.precision is None:
         return None, None, frozenset(), gp.act_bytes
@@ -234,10 +234,10 @@ def build_fitted_cost(model: ModelSpec, cal: Calibration, kv_dtype: KVDtype | st
                            hidden_size=h, dtype=dtype_name(weight_dtype_bytes))
     q_heads_dim = model.num_attention_heads * (model.v_head_dim if model.is_mla else model.head_dim)
     gemm_dtype, gemm_params, measured, act_bytes = _gemm_precision(cal, weight_dtype, weight_dtype_bytes,
-                                                                   compute_dtype)
+                                                                   compute_dtype, gp)
     head_bytes, hp = embedding_precision(cal, weight_dtype, weight_dtype_bytes, compute_dtype, embedding_dtype)
     head_gemm = None
-    if head_bytes != weight_dtype_bytes or hp != gemm_precision(cal, weight_dtype, weight_dtype_bytes, compute_dtype):
+    if head_bytes != weight_dtype_bytes or hp != gp:
         head_name = dtype_name(head_bytes)
         head_gemm = _gemm_precision(cal, head_name, head_bytes, None, hp)[:3]
         if head_gemm[0] is None:  # no precision sections: the legacy GEMM of the lm_head's element size

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from sim.model.dtypes import DTYPE_BYTES, dtype_name, embedding_dtype
 from sim.model.spec import ModelSpec
 
 
@@ -28,7 +29,7 @@ def split_weight_bytes(params: int, embed: int, head: int, dtype_bytes: float,
     """Bytes of ``params`` parameters, of which ``embed`` are the token embedding table and
     ``head`` the lm_head, both at ``embedding_bytes`` (None: 16-bit under quantized weights,
     the weights' own otherwise), the rest at ``dtype_bytes`` (rounded up)."""
-    vocab = max(2.0, dtype_bytes) if embedding_bytes is None else embedding_bytes
+    vocab = DTYPE_BYTES[embedding_dtype(dtype_name(dtype_bytes))] if embedding_bytes is None else embedding_bytes
     return math.ceil((params - embed - head) * dtype_bytes + (embed + head) * vocab)
 
 

@@ -141,6 +141,7 @@ def _read_trace(path: Path, speedup: float = 1.0) -> tuple[np.ndarray, np.ndarra
 def build_workload(sc: Scenario, rng: np.random.Generator) -> Sessions:
     """All sessions of the run, in arrival order (ties keep generation order), built lazily."""
     wl = sc.workload
+    closed = isinstance(wl.arrival, ClosedArrival)
     if wl.trace is not None:
         arrived, prompts, outputs = _read_trace(sc.resolve(wl.trace.path), wl.trace.speedup)
         arrived = arrived / wl.trace.speedup
@@ -151,7 +152,7 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Sessions:
         if wl.num_requests is not None:
             arrived, prompts, outputs = (a[: wl.num_requests] for a in (arrived, prompts, outputs))
         turns_per = np.ones(arrived.size, dtype=np.int64)
-    elif isinstance(wl.arrival, ClosedArrival):  # concurrency clients at t = 0, num_requests spread over them
+    elif closed:  # concurrency clients at t = 0, num_requests spread over them
         n = min(wl.arrival.concurrency, wl.num_requests)
         arrived = np.zeros(n)
         turns_per = np.full(n, wl.num_requests // n, dtype=np.int64)
@@ -165,7 +166,7 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Sessions:
         )
     if wl.trace is None:
         total_turns = int(turns_per.sum())
-        if isinstance(wl.arrival, ClosedArrival) and int(turns_per.max()) > MAX_TURNS:
+        if closed and int(turns_per.max()) > MAX_TURNS:
             raise ConfigError(sc.source_path, "workload.arrival.concurrency", (
                 f"{n} clients send {wl.num_requests} requests, up to {int(turns_per.max())} each; the most is "
                 f"{MAX_TURNS} a client: raise the concurrency or lower workload.num_requests"))
@@ -176,7 +177,6 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Sessions:
         prompts = sample_lengths(wl.prompt_tokens, total_turns, rng, sc)
         outputs = sample_lengths(wl.output_tokens, total_turns, rng, sc)
     n = arrived.size
-    closed = isinstance(wl.arrival, ClosedArrival)
     think_mean = (wl.conversation.think_time_s if wl.conversation is not None
                   else wl.arrival.think_time_s if closed else 0.0)
     thinks = rng.exponential(think_mean, size=int(turns_per.sum())) if think_mean > 0 else None
