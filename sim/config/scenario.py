@@ -188,7 +188,10 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
 def set_override(data: dict, assignment: str, source: str = "--set") -> None:
     """Apply ``key.path=value`` (value parsed as YAML) to a raw scenario mapping in place."""
     if "=" not in assignment:
-        raise ConfigError(source, assignment.strip() or "--set", "expected key.path=value (e.g. kv.block_size=32)")
+        key = assignment.strip()
+        if not key or ": " in key or "\n" in key:  # not a key the one error line can show as one
+            raise ConfigError(source, "--set", f"expected key.path=value (e.g. kv.block_size=32), got {assignment!r}")
+        raise ConfigError(source, key, "expected key.path=value (e.g. kv.block_size=32)")
     path, _, raw = assignment.partition("=")
     path = path.strip()
     keys = path.split(".")

@@ -135,6 +135,7 @@ def test_max_model_len_larger_than_the_pool(tmp_path, capsys) -> None:
     # a value beginning with "-" is still --set's (argparse alone would read it as an option)
     ("-.inf", "-.inf", "key.path=value"),
     ("-x=1", "-x", "unknown key"),
+    (": :", "--set", "got ': :'"),  # found by the fuzz tests: a key with ": " made the error line ambiguous
     ("seed=-1", "seed", "greater than or equal to 0"),
 ])
 def test_bad_set_names_file_and_key(tmp_path, capsys, assignment, key, words) -> None:
