@@ -17,7 +17,7 @@ from sim.config.cluster_schema import ClusterConfig
 from sim.config.limits import FrozenModel as _Frozen, nonneg_float, nonneg_int, pos_float, pos_int
 from sim.config.paths import resolve_in
 from sim.config.profile_schema import PipelineMode, ProfileChoice, ProfileOverrides, apply_profile_defaults
-from sim.cost.profile import DEFAULT_PROFILE
+from sim.cost.profile import DEFAULT_PROFILE, Entrypoint
 from sim.kv import AllocatorKind
 from sim.kv.eviction import PrefixEviction
 from sim.kv.swap import SwapTransfer
@@ -180,6 +180,7 @@ class Workload(_Frozen):
 class EngineConfig(_Frozen):
     profile: ProfileChoice = DEFAULT_PROFILE  # how the engine spends a step (sim/cost/profile.py)
     profile_overrides: ProfileOverrides = ProfileOverrides()
+    entrypoint: _choice(Entrypoint) = Entrypoint.API_SERVER  # offline: no HTTP front end (sim/cost/profile.py)
     max_model_len: pos_int("engine.max_model_len") = 8192
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.9
     weight_dtype: WeightDtypeName = "bf16"

@@ -51,6 +51,13 @@ class GraphMode(StrEnum):
     FULL_AND_PIECEWISE = "full-and-piecewise"  # + mixed/prefill steps as piecewise graphs
 
 
+class Entrypoint(StrEnum):
+    """How requests reach the engine (scenario ``engine.entrypoint``)."""
+
+    API_SERVER = "api-server"  # an HTTP server streaming to its clients: the profile's front end
+    OFFLINE = "offline"  # the engine's own Python/C++ API in process (LLM.generate, trtllm-bench): none
+
+
 class OutputProcessing(StrEnum):
     """Where output tokens are detokenised and streamed (``frontend_token_s`` each)."""
 
@@ -119,6 +126,15 @@ class EngineProfile:
         if self.max_graph_size > 0:
             sizes = tuple(s for s in sizes if s <= self.max_graph_size) or (self.max_graph_size,)
         return sizes
+
+    def offline(self) -> EngineProfile:
+        """This profile driven through the engine's own API in process (``entrypoint: offline``:
+        vLLM's ``LLM.generate``, ``sgl.Engine``, ``trtllm-bench``): no HTTP server, so no front
+        end on a CPU of its own. Output processing that runs inline in the engine loop (vLLM V0's
+        detokenisation in ``LLMEngine.step``) stays: the loop does it whoever called it."""
+        inline = self.output_processing is OutputProcessing.INLINE
+        return dataclasses.replace(self, frontend_request_s=0.0, frontend_prompt_token_s=0.0,
+                                   frontend_token_s=self.frontend_token_s if inline else 0.0)
 
     def with_overrides(self, overrides: dict) -> EngineProfile:
         """This profile with some fields replaced (scenario ``engine.profile_overrides``)."""
@@ -279,42 +295,3 @@ class ProfiledCost:
 
     def staging_time_s(self, num_bytes: float, num_launches: int = 1) -> float:
         return self.eager.staging_time_s(num_bytes, num_launches)
-
-
-_BOOL_KEYS = ("async_scheduling", "prefill_first", "gqa_shared_kv_reads", "reserve_full_length")
-_ENUM_KEYS = {"graph_mode": GraphMode, "output_processing": OutputProcessing}
-
-
-def with_calibration(profile: EngineProfile, calibration) -> EngineProfile:
-    """``profile`` with the host numbers a calibration measured for it (its ``profiles:``
-    section, e.g. ``profiles: {vllm-v1: {step_host_s: 4.0e-4}}``): the machine's CPU sets
-    them, not the scenario. Each key is checked here (one-line ConfigError: file, key, what
-    is allowed); profiles the calibration names that do not exist are refused too."""
-    from sim.errors import ConfigError  # noqa: PLC0415
-
-    sections = getattr(calibration, "profiles", None) or {}
-    file = getattr(calibration, "file", "<calibration>")
-    for name in sections:
-        if name not in PROFILES:
-            raise ConfigError(file, f"profiles.{name}", f"unknown engine profile; allowed: {', '.join(PROFILES)}")
-    values = dict(sections.get(str(profile.name), {}))
-    for key, value in values.items():
-        where = f"profiles.{profile.name}.{key}"
-        if key not in OVERRIDABLE:
-            raise ConfigError(file, where, f"unknown key; allowed: {', '.join(OVERRIDABLE)}")
-        if key in _BOOL_KEYS:
-            ok = isinstance(value, bool)
-            allowed = "true or false"
-        elif key in _ENUM_KEYS:
-            ok = value in {str(v) for v in _ENUM_KEYS[key]}
-            allowed = ", ".join(str(v) for v in _ENUM_KEYS[key])
-        elif key == "max_graph_size":
-            ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 1 << 16
-            allowed = "an integer from 0 to 65536"
-        else:
-            ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-                  and 0.0 <= value <= 10.0)  # also refuses nan
-            allowed = "seconds from 0 to 10"
-        if not ok:
-            raise ConfigError(file, where, f"got {value!r}; allowed: {allowed}")
-    return profile.with_overrides(values)

@@ -187,7 +187,7 @@ class ClusterSimulation:
             replica.progress = self.replica_progress if self.progress is not None else None
             self.env.process(replica._engine())
         self.env.run()
-        end = self.env.now
+        end = max([self.env.now] + [r.done_s() for r in self.replicas])  # incl. front ends' backlogs
         return ClusterResult(self.sc, self.requests, self.replica_of, [r.result(end) for r in self.replicas],
                              self.router, sim_wall_s=time.perf_counter() - t0, end_s=end,
                              roles=[r.role for r in self.replicas], handoff=self.handoff)

@@ -17,7 +17,8 @@ from sim.calib.calibration import load_calibration
 from sim.calib.interconnect import require_interconnect, require_p2p
 from sim.cost.base import CostModel
 from sim.cost.pipeline import build_engine_cost
-from sim.cost.profile import PROFILES, EngineProfile, ProfileName, with_calibration
+from sim.cost.profile import PROFILES, EngineProfile, ProfileName
+from sim.cost.profile_setup import engine_profile
 from sim.errors import ConfigError
 from sim.kv import make_allocator
 from sim.kv.swap import SwapSpace
@@ -139,8 +140,7 @@ def build_parts(sc: Scenario) -> EngineParts:
     scenario as run: ``sc`` without profile defaults its model vetoes."""
     model, cal, plan = build_plan(sc)
     sc = without_vetoed_defaults(sc, model)
-    profile = with_calibration(PROFILES[sc.engine.profile], cal).with_overrides(
-        sc.engine.profile_overrides.as_dict())  # the profile, this machine's numbers, the scenario's
+    profile = engine_profile(sc.engine, cal)  # defaults, this machine's numbers, the scenario's
     cost = build_engine_cost(  # pipeline parallelism: one cost model per stage (sim/cost/pipeline.py)
         model, cal, profile, pipeline_parallel_size=sc.engine.pipeline_parallel_size,
         max_num_seqs=sc.scheduler.max_num_seqs, kv_dtype=KVDtype(sc.engine.kv_dtype),

@@ -224,6 +224,13 @@ class Simulation:
             yield slot
             yield self.env.timeout(seconds)
 
+    def done_s(self) -> float:
+        """When the run's last work ended: the engine's last step or, where a front end streams
+        the tokens, its last job (it may still be streaming a backlog after the engine's last
+        step: the last answers reach their clients then, and the run's span includes it)."""
+        fe = self.frontend
+        return self.env.now if fe is None or fe.free_at <= self.env.now else fe.free_at
+
     def run(self) -> SimResult:
         t0 = time.perf_counter()
         self.env.process(self._arrivals())
@@ -234,5 +241,5 @@ class Simulation:
             scenario=self.sc, plan=self.plan, calibration_name=self.cal.name,
             calibration_source=str(self.cal.source), requests=self.requests, steps=self.steps,
             scheduler=self.scheduler, preemptor=self.preemptor, allocator=self.allocator,
-            swap=self.swap, sim_wall_s=time.perf_counter() - t0, end_s=self.env.now,
+            swap=self.swap, sim_wall_s=time.perf_counter() - t0, end_s=self.done_s(),
             calibration_label=self.cal.source_label, profile=self.parts.profile)

@@ -98,3 +98,44 @@ def test_a_prompt_chunk_one_token_short_streams_no_token(tmp_path, macro) -> Non
     assert ((steps["num_prefill_tokens"] == 14) & (steps["num_decode_tokens"] == 1)).any()
     for req in result.requests:
         assert req.client_first_s >= req.first_token_s and req.client_last_s >= req.last_token_s
+
+
+@pytest.mark.parametrize("macro", [True, False])
+def test_a_front_end_backlog_is_part_of_the_run_and_its_throughput(scenario_dict, tmp_path, macro) -> None:
+    """A saturated front end still streams after the engine's last step: the run ends when the
+    last answer reached its client, and throughput counts that span (it used to count the
+    engine's alone: 3x the rate the clients saw, with e2e latencies past the run's end)."""
+    data = scenario_dict(engine={"num_gpu_blocks_override": 60, "profile": "vllm-v1",
+                                 "profile_overrides": {"frontend_token_s": 0.02}},
+                         workload={"num_requests": 30, "arrival": {"type": "offline"},
+                                   "prompt_tokens": {"type": "uniform", "low": 8, "high": 60},
+                                   "output_tokens": {"type": "uniform", "low": 2, "high": 40}})
+    result = Simulation(parse_scenario(data, str(tmp_path / "s.yaml")), macro_steps=macro).run()
+    s = summarize(result)
+    last_step = float(result.steps.array()["time_s"].max())
+    last_answer = max(r.client_last_s for r in result.requests)
+    assert last_answer > 2 * last_step  # the front end is the bottleneck
+    assert s["engine"]["simulated_s"] == pytest.approx(last_answer)
+    assert s["e2e_s"]["p99"] <= s["engine"]["simulated_s"] + 1e-9
+    tokens = sum(r.num_output_tokens for r in result.requests)
+    assert s["throughput"]["output_tokens_per_s"] == pytest.approx(tokens / last_answer)
+    assert s["throughput"]["output_tokens_per_s"] <= 1 / 0.02 * (1 + 1e-9)  # the front end's own rate
+
+
+def test_an_offline_entrypoint_has_no_front_end(scenario_dict, tmp_path) -> None:
+    """``engine.entrypoint: offline`` (LLM.generate, sgl.Engine, trtllm-bench): no HTTP server, so
+    the clients see the engine's times; vLLM V0's inline output processing stays in its steps."""
+    slow = {"frontend_token_s": 0.02}
+    served, s_served = _run(scenario_dict, tmp_path, profile="vllm-v1", profile_overrides=slow)
+    offline, s_offline = _run(scenario_dict, tmp_path, profile="vllm-v1", entrypoint="offline")
+    assert s_served["profile"]["entrypoint"] == "api-server" and s_offline["profile"]["entrypoint"] == "offline"
+    assert s_offline["profile"]["latencies_seen_by"] == "engine" and offline.profile.frontend_token_s == 0.0
+    assert all(r.client_last_s is None for r in offline.requests)
+    assert s_offline["throughput"]["output_tokens_per_s"] > 2 * s_served["throughput"]["output_tokens_per_s"]
+    base = {"step_host_s": 0.0, "seq_host_s": 0.0}
+    _, v0_served = _run(scenario_dict, tmp_path, profile="vllm-v0", profile_overrides=base)
+    _, v0_offline = _run(scenario_dict, tmp_path, profile="vllm-v0", entrypoint="offline", profile_overrides=base)
+    _, v0_none = _run(scenario_dict, tmp_path, profile="vllm-v0", profile_overrides={**base, "frontend_token_s": 0.0})
+    assert PROFILES["vllm-v0"].frontend_token_s > 0
+    assert v0_offline["engine"]["busy_s"] == v0_served["engine"]["busy_s"] > v0_none["engine"]["busy_s"]
+    assert v0_offline["profile"]["entrypoint"] == "offline"
