@@ -25,11 +25,15 @@ CASES_DIR = HERE / "cases"
 
 FAMILIES = ("step_latency", "saturated_throughput", "latency_under_load", "memory_plan")
 PROFILES = ("eager", "vllm-v1", "vllm-v0", "sglang", "trtllm", "compiled")  # sim/cost/profile.py
+#: How the source's harness drove the engine (sim/cost/profile.py Entrypoint): an HTTP server streaming
+#: to a benchmark client, or the engine's own API in process (trtllm-bench, LLM.generate, sgl.Engine)
+ENTRYPOINTS = ("api-server", "offline")
 #: Capabilities kvsim lacks (issue #15 after tensor parallelism): such cases are listed, not run.
 REQUIRES = ("pipeline_parallel", "replicas", "disaggregation")
 
 TOP_KEYS = {"id", "family", "engine", "engine_version", "profile", "citation", "published",
-            "scenario", "notes", "requires", "compute_dtype", "embedding_dtype", "attention_data_parallel"}
+            "scenario", "notes", "requires", "compute_dtype", "embedding_dtype", "attention_data_parallel",
+            "entrypoint"}
 REQUIRED_KEYS = ("id", "family", "engine", "engine_version", "profile", "citation",
                  "published", "scenario", "notes")
 CITATION_KEYS = ("url", "where", "quote", "setup")
@@ -87,6 +91,7 @@ class Case:
     compute_dtype: str | None = None
     embedding_dtype: str | None = None  # the engine's lm_head / embedding dtype when not the default
     attention_data_parallel: bool | None = None  # the GPUs ran attention data-parallel (DEP)
+    entrypoint: str | None = None  # api-server or offline (None: the scenario's default, api-server)
 
     @property
     def runnable(self) -> bool:
@@ -154,11 +159,13 @@ def load_case(path: str | Path) -> Case:
     _need(ed is None or isinstance(ed, str), path, "embedding_dtype", "must be a dtype name")
     adp = data.get("attention_data_parallel")
     _need(adp is None or isinstance(adp, bool), path, "attention_data_parallel", "must be true or false")
+    ep = data.get("entrypoint")
+    _need(ep is None or ep in ENTRYPOINTS, path, "entrypoint", f"allowed: {', '.join(ENTRYPOINTS)}")
     return Case(id=data["id"], family=data["family"], engine=data["engine"],
                 engine_version=str(data["engine_version"]), profile=data["profile"],
                 citation=cit, published=pub, scenario=data["scenario"], notes=data["notes"],
                 path=path, requires=list(req), compute_dtype=cd, embedding_dtype=ed,
-                attention_data_parallel=adp)
+                attention_data_parallel=adp, entrypoint=ep)
 
 
 def load_cases(cases_dir: str | Path = CASES_DIR, only: list[str] | None = None) -> list[Case]:
@@ -189,7 +196,7 @@ def scenario_dict(case: Case) -> dict:
     eng = data.setdefault("engine", {})
     if "profile" in fields:
         eng.setdefault("profile", case.profile)
-    for key in ("compute_dtype", "embedding_dtype", "attention_data_parallel"):
+    for key in ("compute_dtype", "embedding_dtype", "attention_data_parallel", "entrypoint"):
         if getattr(case, key) is not None and key in fields:
             eng.setdefault(key, getattr(case, key))
     return data
