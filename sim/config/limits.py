@@ -48,6 +48,7 @@ _TABLE = (
     Limit("seed", 2**63 - 1, "a 64-bit seed"),
     Limit("engine.max_model_len", MAX_TOKENS, "longer than any model's context"),
     Limit("engine.kv_quant_group_size", 1 << 16, "elements per scale"),
+    Limit("engine.api_servers", 256, "front-end processes (CPU cores)"),
     Limit("engine.activation_peak_bytes", MAX_BYTES, "1 PiB"),
     Limit("engine.runtime_overhead_bytes", MAX_BYTES, "1 PiB"),
     Limit("engine.num_gpu_blocks_override", MAX_GPU_BLOCKS, "the allocator keeps objects per block"),

@@ -181,6 +181,7 @@ class EngineConfig(_Frozen):
     profile: ProfileChoice = DEFAULT_PROFILE  # how the engine spends a step (sim/cost/profile.py)
     profile_overrides: ProfileOverrides = ProfileOverrides()
     entrypoint: _choice(Entrypoint) = Entrypoint.API_SERVER  # offline: no HTTP front end (sim/cost/profile.py)
+    api_servers: pos_int("engine.api_servers") = 1  # front-end processes (sim/engine/frontend.py)
     max_model_len: pos_int("engine.max_model_len") = 8192
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.9
     weight_dtype: WeightDtypeName = "bf16"
@@ -196,6 +197,13 @@ class EngineConfig(_Frozen):
     # pipeline parallelism (issue #15): stages of layers, tp x pp GPUs a replica (sim/engine/pipeline.py)
     pipeline_parallel_size: Literal[1, 2, 4, 8] = 1
     pipeline_mode: _choice(PipelineMode) | None = None  # None: the profile's form (profile_schema.PIPELINE_MODES)
+
+    @field_validator("api_servers")
+    @classmethod
+    def _servers_need_a_server(cls, value, info):
+        if value > 1 and info.data.get("entrypoint") is Entrypoint.OFFLINE:
+            raise ValueError("an offline entrypoint has no API server: leave api_servers at 1")
+        return value
 
     @field_validator("tensor_parallel_size", "pipeline_parallel_size", mode="before")
     @classmethod

@@ -9,10 +9,15 @@ it can handle them they queue, and the client's TTFT and TPOT grow while the eng
 not. (With ``output_processing: inline`` the token work runs inside the engine loop
 instead and is charged to each step: sim/cost/profile.py.)
 
-``FrontEnd`` is that single CPU as a first-come-first-served server. Jobs are submitted in
+``FrontEnd`` is that CPU as a first-come-first-served server. Jobs are submitted in
 simulated-time order, so each job's completion is ``max(free_at, now) + its work`` and the
 server needs no events of its own: the same completion times a one-slot SimPy resource
 would give, without a process per step.
+
+``engine.api_servers`` = N > 1 runs N such processes (vLLM's ``--api-server-count``): a new
+request goes to the CPU free first (a shared queue: c servers, first come first served), and
+a step's streaming work is spread evenly over the N processes (each holds about 1/N of the
+streams), its tokens reaching their clients when the last share is done.
 """
 
 from __future__ import annotations
@@ -21,25 +26,43 @@ from sim.cost.profile import EngineProfile, OutputProcessing
 
 
 class FrontEnd:
-    """One CPU serving tokenisation and streaming jobs in arrival order."""
+    """``servers`` CPUs serving tokenisation and streaming jobs in arrival order."""
 
-    def __init__(self, profile: EngineProfile) -> None:
+    def __init__(self, profile: EngineProfile, servers: int = 1) -> None:
         self.request_s = profile.frontend_request_s
         self.prompt_token_s = profile.frontend_prompt_token_s
         streams = profile.output_processing is OutputProcessing.SEPARATE
         self.token_s = profile.frontend_token_s if streams else 0.0
-        self.free_at = 0.0  # when the CPU finishes the jobs it has
-        self.busy_s = 0.0  # total work done (utilisation = busy_s / span)
+        self.servers = servers
+        self.free_at = 0.0  # when the CPUs finish the jobs they have (the last of them)
+        self._free = [0.0] * servers  # each CPU's (servers > 1)
+        self.busy_s = 0.0  # total work done (utilisation = busy_s / span / servers)
 
     def _run(self, now: float, work_s: float) -> float:
-        start = self.free_at if self.free_at > now else now
-        self.free_at = start + work_s
+        """A step's streaming work: on the one CPU, or in even shares over all of them."""
         self.busy_s += work_s
+        if self.servers == 1:
+            start = self.free_at if self.free_at > now else now
+            self.free_at = start + work_s
+            return self.free_at
+        share, free = work_s / self.servers, self._free
+        for i, f in enumerate(free):
+            free[i] = (f if f > now else now) + share
+        self.free_at = max(free)
         return self.free_at
 
     def receive(self, now: float, num_prompt_tokens: int) -> float:
         """When a request arriving at ``now`` reaches the engine, tokenised."""
-        return self._run(now, self.request_s + self.prompt_token_s * num_prompt_tokens)
+        work = self.request_s + self.prompt_token_s * num_prompt_tokens
+        if self.servers == 1:
+            return self._run(now, work)
+        self.busy_s += work
+        free = self._free
+        i = free.index(min(free))  # the CPU free first
+        free[i] = (free[i] if free[i] > now else now) + work
+        if free[i] > self.free_at:
+            self.free_at = free[i]
+        return free[i]
 
     def stream(self, now: float, sampled, finished=()) -> None:
         """Stream the tokens of a step that ended at ``now``: stamp when each request's

@@ -107,7 +107,7 @@ class Simulation:
         self.link = simpy.Resource(self.env, capacity=1)
         self._wakeup = self.env.event()
         profile = parts.profile
-        self.frontend = FrontEnd(profile) if profile.has_frontend else None
+        self.frontend = FrontEnd(profile, parts.sc.engine.api_servers) if profile.has_frontend else None
         self.core = EngineStep(self.scheduler, self.allocator, self.driver, StepLog(),
                                PredictedRunner(self.cost), clock=lambda: self.env.now, hook=step_hook)
         self.macro_steps = macro_steps  # stretches of pure decodes in one go (sim/engine/macro.py)

@@ -42,7 +42,8 @@ def tiny_scenarios(draw):
     parallel = draw(st.sampled_from(["one GPU", "one GPU", "tensor", "attention data"]))
     blocks = min_blocks + draw(st.integers(0, 2 * min_blocks))
     engine = {"max_model_len": MAX_MODEL_LEN, "num_gpu_blocks_override": blocks,
-              "profile_overrides": {"reserve_full_length": draw(st.booleans())}}
+              "profile_overrides": {"reserve_full_length": draw(st.booleans())},
+              "api_servers": draw(st.sampled_from([1, 1, 3]))}  # front-end processes (a profile with one)
     if parallel != "one GPU":  # tiny-llama's 4 heads and 2 KV heads over 2 GPUs
         engine["tensor_parallel_size"] = 2
     if parallel == "attention data":  # one sequence on one GPU: each of the 2 holds room for one

@@ -139,3 +139,54 @@ def test_an_offline_entrypoint_has_no_front_end(scenario_dict, tmp_path) -> None
     assert PROFILES["vllm-v0"].frontend_token_s > 0
     assert v0_offline["engine"]["busy_s"] == v0_served["engine"]["busy_s"] > v0_none["engine"]["busy_s"]
     assert v0_offline["profile"]["entrypoint"] == "offline"
+
+
+def test_api_servers_share_the_requests_and_the_streams() -> None:
+    """N front-end processes (vLLM's --api-server-count): a request goes to the CPU free first,
+    a step's streaming work is spread evenly over them."""
+    profile = PROFILES["vllm-v1"].with_overrides({"frontend_request_s": 1.0, "frontend_token_s": 0.5})
+    fe = FrontEnd(profile, servers=2)
+    assert fe.receive(0.0, 10) == 1.0 and fe.receive(0.0, 10) == 1.0  # side by side
+    assert fe.receive(0.5, 10) == 2.0  # both busy until 1.0
+    assert fe.free_at == 2.0
+    # 4 tokens of 0.5 s: 1 s on each CPU, after their own queues (1.0 and 2.0)
+    assert fe._run(1.0, 4 * 0.5) == 3.0 and fe.free_at == 3.0
+    assert fe.busy_s == pytest.approx(3.0 + 2.0)
+    one = FrontEnd(profile)
+    assert one.receive(0.0, 10) == 1.0 and one.receive(0.0, 10) == 2.0
+
+
+@pytest.mark.parametrize("macro", [True, False])
+def test_more_api_servers_lift_a_front_end_bound_run(scenario_dict, tmp_path, macro) -> None:
+    def run(servers):
+        data = scenario_dict(engine={"num_gpu_blocks_override": 60, "profile": "vllm-v1", "api_servers": servers,
+                                     "profile_overrides": {"frontend_token_s": 0.02}},
+                             workload={"num_requests": 30, "arrival": {"type": "offline"},
+                                       "prompt_tokens": {"type": "uniform", "low": 8, "high": 60},
+                                       "output_tokens": {"type": "uniform", "low": 2, "high": 40}})
+        result = Simulation(parse_scenario(data, str(tmp_path / "s.yaml")), macro_steps=macro).run()
+        return result, summarize(result)
+
+    one, s1 = run(1)
+    four, s4 = run(4)
+    assert s4["profile"]["api_servers"] == 4 and s1["profile"]["api_servers"] == 1
+    assert s4["requests"]["completed"] == s1["requests"]["completed"] == 30
+    assert s4["throughput"]["output_tokens_per_s"] > 3 * s1["throughput"]["output_tokens_per_s"]
+    assert s4["tpot_s"]["p50"] < s1["tpot_s"]["p50"] / 3
+    for req in four.requests:
+        assert req.client_first_s >= req.first_token_s and req.client_last_s >= req.last_token_s
+
+
+def test_api_servers_are_checked(scenario_dict, tmp_path) -> None:
+    from sim.errors import ConfigError
+
+    base = scenario_dict(workload={"num_requests": 3, "arrival": {"type": "offline"},
+                                   "prompt_tokens": {"type": "fixed", "value": 8},
+                                   "output_tokens": {"type": "fixed", "value": 4}})
+    for engine, words in (({"api_servers": 0}, "greater than 0"), ({"api_servers": 2, "entrypoint": "offline"}, "offline"),
+                          ({"api_servers": 1000}, "256"), ({"entrypoint": "batch"}, "api-server")):
+        data = {**base, "engine": {**base.get("engine", {}), **engine}}
+        with pytest.raises(ConfigError) as err:
+            parse_scenario(data, str(tmp_path / "s.yaml"))
+        key = "engine.api_servers" if "api_servers" in engine else "engine.entrypoint"
+        assert err.value.key == key and words in err.value.message
