@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from sim.config.scenario import Scenario
-from sim.engine.metrics import summarize
+from sim.engine.metrics import frontend_note, summarize
 from sim.engine.disagg import Disaggregation
 from sim.engine.disagg_parts import build_pools, with_sessions
 from sim.engine.disagg_summary import disaggregation_summary, prefill_pool_hit_rate
@@ -237,6 +237,10 @@ def summarize_cluster(result: ClusterResult) -> dict:
     eng["gpus"] = sum(s["engine"]["gpus"] for s in per)  # each replica's tp x pp (a pool's own tp)
     for key in ("peak_running", "peak_waiting"):
         eng[key] = max(s["engine"][key] for s in per)
+    shares = [s["engine"]["frontend_busy_share"] for s in per if s["engine"]["frontend_busy_share"] is not None]
+    eng["frontend_busy_share"] = max(shares) if shares else None  # the busiest replica's front end
+    out["notes"] = [n for n in out["notes"] if not n.startswith("the front end was busy")] + frontend_note(
+        eng["frontend_busy_share"])
     cfg, router = result.scenario.cluster, result.router
     out["cluster"] = {"num_replicas": cfg.num_replicas, "router": str(cfg.router),
                       "sticky_sessions": cfg.sticky_sessions, "prefix_load_factor": cfg.prefix_load_factor,

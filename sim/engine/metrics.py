@@ -97,6 +97,24 @@ def memory_summary(sc, plan) -> dict:
     }
 
 
+#: A front end busier than this is named in the run's notes: it, not the GPU, paces the clients
+FRONTEND_BUSY_NOTE = 0.9
+
+
+def frontend_busy_share(frontend, span_s: float) -> float | None:
+    """The share of the run its front-end CPUs were busy (all of them together), None without one."""
+    if frontend is None or span_s <= 0:
+        return None
+    return frontend.busy_s / (span_s * frontend.servers)
+
+
+def frontend_note(share: float | None) -> list[str]:
+    if share is None or share < FRONTEND_BUSY_NOTE:
+        return []
+    return [f"the front end was busy {share:.0%} of the run: it paces the clients' tokens (their TTFT, TPOT and "
+            "throughput), not the GPU; raise engine.api_servers or lower profile_overrides.frontend_token_s"]
+
+
 def summarize(result) -> dict:
     """The ``summary.json`` document of a finished run."""
     sc, plan = result.scenario, result.plan
@@ -107,6 +125,7 @@ def summarize(result) -> dict:
     pool = plan.num_gpu_blocks * plan.block_size
     agg = step_aggregates(result.steps, pool)  # sums over the log's pieces (it may be on disk)
     busy = float(agg["busy"])
+    fe_share = frontend_busy_share(getattr(result, "frontend", None), span)
 
     def mean_frac(key: str) -> float:
         return float(agg[key] / busy / pool) if busy > 0 else 0.0
@@ -130,7 +149,7 @@ def summarize(result) -> dict:
             "token_eviction": str(alloc_cls.budget.policy),
         },
         "profile": engine_summary(result),
-        "notes": notes(alloc_cls) + profile_notes(result),
+        "notes": notes(alloc_cls) + profile_notes(result) + frontend_note(fe_share),
         "requests": {
             "arrived": rr.n, "completed": rr.num_done, "rejected": rr.num_rejected,
             "in_flight": rr.n - rr.num_done - rr.num_rejected, "rejected_by_reason": rr.rejected_by_reason,
@@ -173,6 +192,7 @@ def summarize(result) -> dict:
         "engine": {
             "num_steps": agg["num_steps"], "busy_s": busy, "simulated_s": result.end_s,
             "peak_running": agg["peak_running"], "peak_waiting": agg["peak_waiting"],
+            "frontend_busy_share": fe_share,
             "gpus": sc.engine.tensor_parallel_size * sc.engine.pipeline_parallel_size,  # one model copy
         },
         "sim_wall_s": result.sim_wall_s,

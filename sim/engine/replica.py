@@ -84,4 +84,5 @@ class Replica(Simulation):
             scenario=self.sc, plan=self.plan, calibration_name=self.cal.name,
             calibration_source=str(self.cal.source), requests=self.requests, steps=self.steps,
             scheduler=self.scheduler, preemptor=self.preemptor, allocator=self.allocator,
-            swap=self.swap, end_s=end_s, calibration_label=self.cal.source_label, profile=self.parts.profile)
+            swap=self.swap, end_s=end_s, calibration_label=self.cal.source_label, profile=self.parts.profile,
+            frontend=self.frontend)

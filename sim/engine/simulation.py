@@ -52,6 +52,7 @@ class SimResult:
     end_s: float = 0.0
     calibration_label: str = ""  # "datasheet" or "measured YYYY-MM-DD"
     profile: object = None  # the engine profile as run (sim.cost.profile.EngineProfile)
+    frontend: object = None  # the front end's CPUs (sim/engine/frontend.py), None without one
     extra: dict = field(default_factory=dict)
 
 
@@ -242,4 +243,4 @@ class Simulation:
             calibration_source=str(self.cal.source), requests=self.requests, steps=self.steps,
             scheduler=self.scheduler, preemptor=self.preemptor, allocator=self.allocator,
             swap=self.swap, sim_wall_s=time.perf_counter() - t0, end_s=self.done_s(),
-            calibration_label=self.cal.source_label, profile=self.parts.profile)
+            calibration_label=self.cal.source_label, profile=self.parts.profile, frontend=self.frontend)

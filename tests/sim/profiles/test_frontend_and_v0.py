@@ -120,6 +120,8 @@ def test_a_front_end_backlog_is_part_of_the_run_and_its_throughput(scenario_dict
     tokens = sum(r.num_output_tokens for r in result.requests)
     assert s["throughput"]["output_tokens_per_s"] == pytest.approx(tokens / last_answer)
     assert s["throughput"]["output_tokens_per_s"] <= 1 / 0.02 * (1 + 1e-9)  # the front end's own rate
+    assert s["engine"]["frontend_busy_share"] > 0.9  # and the run says so
+    assert sum("front end was busy" in n for n in s["notes"]) == 1
 
 
 def test_an_offline_entrypoint_has_no_front_end(scenario_dict, tmp_path) -> None:
@@ -131,6 +133,8 @@ def test_an_offline_entrypoint_has_no_front_end(scenario_dict, tmp_path) -> None
     assert s_served["profile"]["entrypoint"] == "api-server" and s_offline["profile"]["entrypoint"] == "offline"
     assert s_offline["profile"]["latencies_seen_by"] == "engine" and offline.profile.frontend_token_s == 0.0
     assert all(r.client_last_s is None for r in offline.requests)
+    assert s_offline["engine"]["frontend_busy_share"] is None
+    assert 0 < s_served["engine"]["frontend_busy_share"] <= 1
     assert s_offline["throughput"]["output_tokens_per_s"] > 2 * s_served["throughput"]["output_tokens_per_s"]
     base = {"step_host_s": 0.0, "seq_host_s": 0.0}
     _, v0_served = _run(scenario_dict, tmp_path, profile="vllm-v0", profile_overrides=base)
@@ -190,3 +194,20 @@ def test_api_servers_are_checked(scenario_dict, tmp_path) -> None:
             parse_scenario(data, str(tmp_path / "s.yaml"))
         key = "engine.api_servers" if "api_servers" in engine else "engine.entrypoint"
         assert err.value.key == key and words in err.value.message
+
+
+def test_a_clusters_summary_names_its_busiest_front_end(scenario_dict, tmp_path) -> None:
+    from sim.engine.cluster import ClusterSimulation, summarize_cluster
+
+    data = scenario_dict(engine={"num_gpu_blocks_override": 60, "profile": "vllm-v1",
+                                 "profile_overrides": {"frontend_token_s": 0.02}},
+                         cluster={"num_replicas": 2, "router": "round-robin"},
+                         workload={"num_requests": 30, "arrival": {"type": "offline"},
+                                   "prompt_tokens": {"type": "uniform", "low": 8, "high": 60},
+                                   "output_tokens": {"type": "uniform", "low": 2, "high": 40}})
+    result = ClusterSimulation(parse_scenario(data, str(tmp_path / "s.yaml"))).run()
+    s = summarize_cluster(result)
+    per = [summarize(r)["engine"]["frontend_busy_share"] for r in result.replicas]
+    assert s["engine"]["frontend_busy_share"] == max(per) > 0.9
+    assert sum("front end was busy" in n for n in s["notes"]) == 1
+    assert s["engine"]["simulated_s"] == pytest.approx(max(r.client_last_s for r in result.requests))
