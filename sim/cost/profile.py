@@ -180,11 +180,14 @@ _TINYGEMM_INT4 = 0.56
 
 PROFILES: dict[str, EngineProfile] = {
     ProfileName.EAGER: EngineProfile(ProfileName.EAGER, uses_calibration_overhead=True),
-    # vLLM >= 0.11 (V1 engine): cudagraph_mode FULL_AND_PIECEWISE, chunked prefill and prefix
-    # caching on, front end (API server) in its own process, async scheduling opt-in.
+    # vLLM V1 engine, current release: cudagraph_mode FULL_AND_PIECEWISE, chunked prefill and prefix
+    # caching on, front end (API server) in its own process, and async scheduling on: vLLM's
+    # SchedulerConfig.async_scheduling defaults to None, which vllm/config/vllm.py turns on unless an
+    # option is incompatible (vllm PR #27614, late 2025; before it, up to about 0.11, an opt-in
+    # --async-scheduling: such a run sets profile_overrides async_scheduling false).
     ProfileName.VLLM_V1: EngineProfile(
         ProfileName.VLLM_V1, graph_mode=GraphMode.FULL_AND_PIECEWISE, step_host_s=_V1_STEP_HOST_S,
-        seq_host_s=_PY_SEQ_HOST_S, chunked_prefill=True, prefix_caching=True,
+        seq_host_s=_PY_SEQ_HOST_S, async_scheduling=True, chunked_prefill=True, prefix_caching=True,
         frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S),
     # vLLM 0.5-0.6 (V0 engine): prefill-first scheduling, graphs for decode batches up to 256,
     # output processing in the engine loop.
