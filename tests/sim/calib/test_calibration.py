@@ -20,7 +20,8 @@ REPO_CALIBRATIONS = Path(__file__).resolve().parents[3] / "calibrations"
 def test_shipped_datasheets_load(name: str) -> None:
     cal = load_calibration(name)
     assert cal.name == name and cal.source is CalibrationSource.DATASHEET and cal.schema == 1
-    assert 0.75 <= cal.bandwidth_efficiency <= 0.85 and 0.45 <= cal.compute_eff_max <= 0.95
+    # achieved fractions: HBM cards 0.75-0.85; the RTX 4090's GDDR6X is measured at 0.89-0.92 of its peak
+    assert 0.75 <= cal.bandwidth_efficiency <= 0.92 and 0.45 <= cal.compute_eff_max <= 0.95
     assert {"bandwidth", "flops", "memory", "pcie"} <= set(cal.provenance)
     assert name in available_calibrations()
 
