@@ -154,6 +154,10 @@ def _key_numbers_html(s: dict) -> str:
               f"({kv['pool_tokens'] // len(s['replicas']):,} tokens each)"),
         _card(f"{pre['recompute']:,} / {pre['swap']:,}", "preemptions: recompute / swap"),
     ]
+    fe = s.get("engine", {}).get("frontend_busy_share")
+    if fe is not None:  # an API server's front end: its CPUs' share of the run (notes say when it binds)
+        servers = s.get("profile", {}).get("api_servers", 1)
+        cards.append(_card(f"{fe:.0%}", f"front end busy ({servers} API server{'s' if servers != 1 else ''})"))
     return "<div class='cards'>" + "".join(cards) + "</div>"
 
 

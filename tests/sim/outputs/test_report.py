@@ -85,3 +85,13 @@ def test_a_report_that_fails_as_a_whole_still_leaves_every_file(scenario, tmp_pa
     html = (out / "report.html").read_text()
     assert html.startswith("<!DOCTYPE html>") and "The whole report section could not be drawn" in html
     assert "RuntimeError: boom" in capsys.readouterr().err
+
+
+def test_the_front_ends_busy_share_is_a_card_when_there_is_one(scenario, tmp_path):
+    served, offline = tmp_path / "served", tmp_path / "offline"
+    assert _run(scenario, served, "engine.profile=vllm-v1", "engine.api_servers=2") == 0
+    assert _run(scenario, offline, "engine.profile=vllm-v1", "engine.entrypoint=offline") == 0
+    share = json.loads((served / "summary.json").read_text())["engine"]["frontend_busy_share"]
+    assert 0 < share <= 1
+    assert f"<b>{share:.0%}</b><span>front end busy (2 API servers)</span>" in (served / "report.html").read_text()
+    assert "front end busy" not in (offline / "report.html").read_text()
