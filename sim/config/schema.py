@@ -184,6 +184,9 @@ class EngineConfig(_Frozen):
     api_servers: pos_int("engine.api_servers") = 1  # front-end processes (sim/engine/frontend.py)
     max_model_len: pos_int("engine.max_model_len") = 8192
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.9
+    #: TensorRT-LLM's KV sizing: this share of the memory left free after the weights and activations
+    #: (replaces gpu_memory_utilization; sim/model/memory.py)
+    kv_cache_free_gpu_mem_fraction: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = None
     weight_dtype: WeightDtypeName = "bf16"
     compute_dtype: ComputeDtypeName | None = None  # None: follows weight_dtype (sim/cost/datasheet.py)
     embedding_dtype: WeightDtypeName | None = None  # None: bf16 under quantized weights (sim/model/dtypes.py)

@@ -94,6 +94,7 @@ def memory_summary(sc, plan) -> dict:
         "kv_dtype": str(eng.kv_dtype), "weight_bytes": plan.weight_bytes,
         "activation_peak_bytes": plan.activation_peak_bytes, "runtime_overhead_bytes": plan.runtime_overhead_bytes,
         "kv_pool_bytes": plan.kv_pool_bytes, "attention_ranks": plan.attention_ranks,
+        "kv_cache_free_gpu_mem_fraction": plan.kv_free_memory_fraction,
     }
 
 

@@ -71,6 +71,7 @@ def build_plan(sc: Scenario):
         pipeline_parallel_size=eng.pipeline_parallel_size, source=src,
         embedding_bytes=DTYPE_BYTES[embedding_dtype(eng.weight_dtype, eng.embedding_dtype)],
         attention_data_parallel=eng.attention_data_parallel,
+        kv_free_memory_fraction=eng.kv_cache_free_gpu_mem_fraction,
         engine_profile=eng.profile,  # memory-plan fidelity (#13): the profile picks vLLM's or the legacy estimates
     )
     budget = token_budget(without_vetoed_defaults(sc, model), model)

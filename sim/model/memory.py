@@ -9,6 +9,12 @@ is left of ``gpu_memory_utilization`` x total memory::
     bytes_per_block = ceil(bytes_per_token x block_size)
     num_gpu_blocks  = floor(kv_pool_bytes / bytes_per_block)
 
+TensorRT-LLM sizes it differently: ``kv_cache_free_gpu_mem_fraction`` (its KvCacheConfig's
+``free_gpu_memory_fraction``, default 0.9) of the memory still free once the weights are loaded
+and the activations reserved, ``kv_pool_bytes = fraction x (gpu_memory_bytes - weight_bytes -
+activation_peak_bytes - runtime_overhead_bytes)``: on a GPU the weights nearly fill it gives
+the KV cache far more than a share of the total would.
+
 If the pool is empty vLLM refuses to start (``plan_memory`` raises ConfigError). If it
 cannot hold one ``max_model_len`` sequence vLLM refuses too; that check is separate
 (``check_fits_one_sequence``) so a simulator can choose to run anyway.
@@ -107,6 +113,8 @@ class MemoryPlan:
     #: attention data-parallel ranks (engine.attention_data_parallel: the tp GPUs; else 1): each
     #: GPU holds its own requests' KV, so num_gpu_blocks counts every rank's blocks
     attention_ranks: int = 1
+    #: TensorRT-LLM's rule (module docstring): the KV share of the memory left free; None: vLLM's
+    kv_free_memory_fraction: float | None = None
 
     @property
     def pool_tokens(self) -> int:
@@ -158,7 +166,8 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
                 quant_group_size: int = 64, num_gpu_blocks_override: int | None = None,
                 tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1,
                 engine_profile: str | None = None, embedding_bytes: float | None = None,
-                attention_data_parallel: bool = False, source: str = "<cli>") -> MemoryPlan:
+                attention_data_parallel: bool = False, kv_free_memory_fraction: float | None = None,
+                source: str = "<cli>") -> MemoryPlan:
     """Size the KV pool; raise ConfigError(source, key, ...) for bad arguments or no room.
 
     ``activation_peak_bytes`` / ``runtime_overhead_bytes`` default to this module's
@@ -169,7 +178,8 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
     ``engine.profile`` (a string; None: the default, vllm-v1), which picks the estimates.
     ``embedding_bytes``: bytes per parameter of the embedding table and lm_head (None: 16-bit under quantized weights,
     sim.model.weights). ``attention_data_parallel``: the tp GPUs run attention data-parallel
-    (module docstring).
+    (module docstring). ``kv_free_memory_fraction``: TensorRT-LLM's rule, that share of the memory
+    left free (module docstring; ``gpu_memory_utilization`` is then not used).
     """
     profile = None if engine_profile is None else str(getattr(engine_profile, "value", engine_profile))
     _require(0 < gpu_memory_utilization <= 1, source, "gpu_memory_utilization",
@@ -193,9 +203,12 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
     ranks = tp if attention_data_parallel else 1
     _require(ranks == 1 or (tp > 1 and pp == 1), source, "attention_data_parallel",
              f"needs tensor_parallel_size > 1 and no pipeline parallelism (got tp {tp}, pp {pp})")
+    free_fraction = kv_free_memory_fraction
+    _require(free_fraction is None or 0 < free_fraction <= 1, source, "kv_cache_free_gpu_mem_fraction",
+             f"must be in (0, 1], got {free_fraction}")
     if runtime_overhead_bytes is None:
         runtime_overhead_bytes = default_runtime_overhead_bytes(tp, profile)
-    budget = gpu_memory_bytes * gpu_memory_utilization
+    budget = gpu_memory_bytes * gpu_memory_utilization if free_fraction is None else gpu_memory_bytes
     stages = []  # (stage plan, bytes per block) of every stage, first to last
     for index, layers in enumerate(stage_models(model, pp)):  # (model,) when pp == 1
         shard = shard_model(layers, tp, ranks > 1)  # the stage itself when tp == 1
@@ -208,6 +221,8 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
                 dtype_bytes=weight_dtype_bytes, sampler_vocab_size=model.vocab_size if index == pp - 1 else 0,
                 engine_profile=profile)
         pool = math.floor(budget - weights - act - runtime_overhead_bytes)
+        if free_fraction is not None and pool > 0:
+            pool = math.floor(free_fraction * pool)
         per_token = kv_bytes_per_token(shard, dtype, quant_group_size=quant_group_size)
         per_block = math.ceil(per_token * block_size)
         blocks = max(0, pool) // per_block
@@ -219,9 +234,10 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
         per_gpu = f", 1/{tp} of it per GPU" if tp > 1 else ""
         if pp > 1:
             per_gpu += f", pipeline stage {stages.index((binding, per_block))} of {pp}: {binding.layers} layers"
-        raise ConfigError(source, "gpu_memory_utilization", (
-            f"no memory left for the KV cache: {gpu_memory_utilization} x {_gib(gpu_memory_bytes)}"
-            f" = {_gib(budget)}, minus weights {_gib(weights)} ({model.name}{per_gpu}), activations"
+        share = (f"{gpu_memory_utilization} x {_gib(gpu_memory_bytes)} = {_gib(budget)}" if free_fraction is None
+                 else f"{free_fraction} of what is free of {_gib(gpu_memory_bytes)}")
+        raise ConfigError(source, "gpu_memory_utilization" if free_fraction is None else "kv_cache_free_gpu_mem_fraction", (
+            f"no memory left for the KV cache: {share}, minus weights {_gib(weights)} ({model.name}{per_gpu}), activations"
             f" {_gib(activation_peak_bytes)}, runtime overhead {_gib(runtime_overhead_bytes)}"
             f" leaves {_gib(pool)}; use a bigger GPU, a smaller model, more GPUs (tensor_parallel_size"
             f" or pipeline_parallel_size) or lower max_num_batched_tokens, or raise gpu_memory_utilization"))
@@ -239,7 +255,8 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
         bytes_per_token=per_token, block_size=block_size, bytes_per_block=per_block,
         num_gpu_blocks=num_blocks, max_model_len=max_model_len,
         max_kv_tokens_per_seq=max_kv_tokens_per_seq(model, max_model_len), tensor_parallel_size=tp,
-        pipeline_parallel_size=pp, stages=tuple(st for st, _ in stages) if pp > 1 else (), attention_ranks=ranks)
+        pipeline_parallel_size=pp, stages=tuple(st for st, _ in stages) if pp > 1 else (), attention_ranks=ranks,
+        kv_free_memory_fraction=free_fraction)
 
 
 def check_fits_one_sequence(plan: MemoryPlan, max_model_len: int, source: str = "<cli>") -> None:

@@ -115,7 +115,10 @@ def _memory_line(s: dict) -> list[str]:
         return []
     gib = 2**30
     vocab = "" if m["embedding_dtype"] == m["weight_dtype"] else f", embedding/lm_head {m['embedding_dtype']}"
-    return [f"memory       per GPU of {m['gpu_memory_utilization']:g} x {m['gpu_memory_bytes'] / gib:.2f} GiB: "
+    free = m.get("kv_cache_free_gpu_mem_fraction")
+    of = (f"{m['gpu_memory_utilization']:g} x {m['gpu_memory_bytes'] / gib:.2f} GiB" if free is None
+          else f"{m['gpu_memory_bytes'] / gib:.2f} GiB")
+    pool = f"KV pool {m['kv_pool_bytes'] / gib:.2f} ({m['kv_dtype']}" + (f"; {free:g} of the rest)" if free else ")")
+    return [f"memory       per GPU of {of}: "
             f"weights {m['weight_bytes'] / gib:.2f} GiB ({m['weight_dtype']}{vocab}), activations "
-            f"{m['activation_peak_bytes'] / gib:.2f}, runtime {m['runtime_overhead_bytes'] / gib:.2f}, "
-            f"KV pool {m['kv_pool_bytes'] / gib:.2f} ({m['kv_dtype']})"]
+            f"{m['activation_peak_bytes'] / gib:.2f}, runtime {m['runtime_overhead_bytes'] / gib:.2f}, {pool}"]

@@ -120,3 +120,37 @@ def test_bad_arguments_name_the_key(kwargs: dict, key: str) -> None:
     with pytest.raises(ConfigError) as err:
         tiny_plan(**kwargs)
     assert err.value.key == key
+
+
+def test_tensorrt_llm_sizes_its_kv_cache_from_the_memory_left_free() -> None:
+    """kv_cache_free_gpu_mem_fraction: that share of what the weights, activations and runtime
+    leave, whatever gpu_memory_utilization says (TensorRT-LLM's KvCacheConfig)."""
+    weights = 2 * 1_705_216
+    free = (1 << 30) - weights - 10 * MIB - 100 * MIB
+    plan = tiny_plan(kv_free_memory_fraction=0.9)
+    assert plan.kv_pool_bytes == int(0.9 * free) and plan.kv_free_memory_fraction == 0.9
+    other = tiny_plan(kv_free_memory_fraction=0.9, gpu_memory_utilization=0.2)  # not used
+    assert (other.kv_pool_bytes, other.num_gpu_blocks) == (plan.kv_pool_bytes, plan.num_gpu_blocks)
+    assert plan.kv_pool_bytes > tiny_plan().kv_pool_bytes  # vLLM's 0.5 of the total leaves less
+    with pytest.raises(ConfigError) as err:
+        tiny_plan(kv_free_memory_fraction=1.5)
+    assert err.value.key == "kv_cache_free_gpu_mem_fraction"
+    with pytest.raises(ConfigError) as err:  # nothing free: named by its own key
+        plan_memory(load_model("tiny-llama"), weights + 50 * MIB, kv_free_memory_fraction=0.9, max_model_len=2048,
+                    activation_peak_bytes=10 * MIB, runtime_overhead_bytes=100 * MIB)
+    assert err.value.key == "kv_cache_free_gpu_mem_fraction" and "0.9 of what is free" in err.value.message
+
+
+def test_a_scenario_takes_the_free_fraction(scenario_dict, tmp_path) -> None:
+    from sim.config.scenario import parse_scenario
+    from sim.engine.parts import build_plan
+
+    def plan(**engine):
+        return build_plan(parse_scenario(scenario_dict(engine=engine), str(tmp_path / "s.yaml")))[2]
+
+    base, trt = plan(), plan(kv_cache_free_gpu_mem_fraction=0.9)
+    left = base.gpu_memory_bytes - base.weight_bytes - base.activation_peak_bytes - base.runtime_overhead_bytes
+    assert trt.kv_pool_bytes == int(0.9 * left) and base.kv_free_memory_fraction is None
+    with pytest.raises(ConfigError) as err:
+        plan(kv_cache_free_gpu_mem_fraction=0)
+    assert err.value.key == "engine.kv_cache_free_gpu_mem_fraction"
