@@ -1,11 +1,13 @@
 """Score kvsim against published measurements of real serving engines.
 
-    python benchmarks/published/run.py [--cases DIR] [--only ID ...] [--markdown OUT.md] [--json OUT.json]
+    python benchmarks/published/run.py [--cases DIR] [--only ID ...] [--jobs N] [--markdown OUT.md] [--json OUT.json]
 
 Loads every case in ``cases/`` (README.md describes the format), validates it, runs its
 scenario through kvsim (no files written), computes the case's metric and prints one row
 per case (published, simulated, signed error = simulated / published - 1) and, per family,
-the mean absolute percentage error (MAPE) and the mean signed error. A bad case is one line
+the mean absolute percentage error (MAPE) and the mean signed error, then per source (a case's
+citation URL) and, per family, the mean over sources (each source weighs the same). ``--jobs N``
+simulates N cases at a time in worker processes (same results, same order). A bad case is one line
 ``error: <file>: <key>: <what is wrong>`` and exit status 2.
 """
 
@@ -13,13 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+from concurrent.futures import ProcessPoolExecutor
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from suite import CASES_DIR, Outcome, family_stats, load_cases, run_case  # noqa: E402
+from suite import CASES_DIR, Outcome, family_stats, load_cases, run_case, source_stats  # noqa: E402
 
 from sim.errors import ConfigError  # noqa: E402
 
@@ -57,9 +61,17 @@ def family_table(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
+def source_table(outcomes: list[Outcome]) -> str:
+    lines = ["| family | source | cases | MAPE | mean signed error |", "|---|---|---|---|---|"]
+    for row in source_stats(outcomes):
+        lines.append(f"| {row['family']} | {row['source']} | {row['count']} | {100 * row['mape']:.1f}% | "
+                     f"{_pct(row['mean_signed_error'])} |")
+    return "\n".join(lines)
+
+
 def report(outcomes: list[Outcome]) -> str:
-    parts = ["## Per case", "", case_table(outcomes), "", "## Per family (runnable cases)", "",
-             family_table(outcomes)]
+    parts = ["## Per case", "", case_table(outcomes), "", "## Per source (runnable cases)", "",
+             source_table(outcomes), "", "## Per family (runnable cases)", "", family_table(outcomes)]
     failed = [o for o in outcomes if o.status == "failed"]
     skipped = [o for o in outcomes if o.status == "not_runnable"]
     if skipped:
@@ -80,7 +92,21 @@ def as_json(outcomes: list[Outcome]) -> dict:
             "wall_s": round(o.wall_s, 3), "url": o.case.citation["url"],
         } for o in outcomes],
         "families": family_stats(outcomes),
+        "sources": source_stats(outcomes),
     }
+
+
+class _Serial:
+    """``--jobs 1``: the cases in this process, one after the other (a pool's map and with)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def map(self, fn, items, chunksize: int = 1):
+        return map(fn, items)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,16 +116,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--markdown", default=None, metavar="OUT.md", help="also write the tables here")
     p.add_argument("--json", default=None, metavar="OUT.json", help="also write the results as JSON")
     p.add_argument("--quiet", action="store_true", help="no per-case progress on stderr")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help=f"cases simulated at a time, in worker processes (this machine has {os.cpu_count()} CPUs)")
     args = p.parse_args(argv)
+    if args.jobs < 1:
+        print(f"error: --jobs: got {args.jobs}; allowed: 1 or more", file=sys.stderr)
+        return 2
     try:
         cases = load_cases(args.cases, args.only)
         t0 = time.perf_counter()
         outcomes = []
-        for case in cases:
-            o = run_case(case)
-            outcomes.append(o)
-            if not args.quiet:
-                print(f"  {case.id}: {o.status} ({o.wall_s:.1f} s)", file=sys.stderr)
+        with ProcessPoolExecutor(args.jobs) if args.jobs > 1 else _Serial() as pool:
+            for o in pool.map(run_case, cases, chunksize=4):
+                outcomes.append(o)
+                if not args.quiet:
+                    print(f"  {o.case.id}: {o.status} ({o.wall_s:.1f} s)", file=sys.stderr)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -33,7 +33,7 @@ REQUIRES = ("pipeline_parallel", "replicas", "disaggregation")
 
 TOP_KEYS = {"id", "family", "engine", "engine_version", "profile", "citation", "published",
             "scenario", "notes", "requires", "compute_dtype", "embedding_dtype", "attention_data_parallel",
-            "entrypoint"}
+            "entrypoint", "kv_cache_free_gpu_mem_fraction"}
 REQUIRED_KEYS = ("id", "family", "engine", "engine_version", "profile", "citation",
                  "published", "scenario", "notes")
 CITATION_KEYS = ("url", "where", "quote", "setup")
@@ -92,6 +92,7 @@ class Case:
     embedding_dtype: str | None = None  # the engine's lm_head / embedding dtype when not the default
     attention_data_parallel: bool | None = None  # the GPUs ran attention data-parallel (DEP)
     entrypoint: str | None = None  # api-server or offline (None: the scenario's default, api-server)
+    kv_cache_free_gpu_mem_fraction: float | None = None  # TensorRT-LLM's KV sizing (sim/model/memory.py)
 
     @property
     def runnable(self) -> bool:
@@ -161,11 +162,14 @@ def load_case(path: str | Path) -> Case:
     _need(adp is None or isinstance(adp, bool), path, "attention_data_parallel", "must be true or false")
     ep = data.get("entrypoint")
     _need(ep is None or ep in ENTRYPOINTS, path, "entrypoint", f"allowed: {', '.join(ENTRYPOINTS)}")
+    kvf = data.get("kv_cache_free_gpu_mem_fraction")
+    _need(kvf is None or (isinstance(kvf, float) and 0 < kvf <= 1), path, "kv_cache_free_gpu_mem_fraction",
+          "must be a number in (0, 1]")
     return Case(id=data["id"], family=data["family"], engine=data["engine"],
                 engine_version=str(data["engine_version"]), profile=data["profile"],
                 citation=cit, published=pub, scenario=data["scenario"], notes=data["notes"],
                 path=path, requires=list(req), compute_dtype=cd, embedding_dtype=ed,
-                attention_data_parallel=adp, entrypoint=ep)
+                attention_data_parallel=adp, entrypoint=ep, kv_cache_free_gpu_mem_fraction=kvf)
 
 
 def load_cases(cases_dir: str | Path = CASES_DIR, only: list[str] | None = None) -> list[Case]:
@@ -196,7 +200,8 @@ def scenario_dict(case: Case) -> dict:
     eng = data.setdefault("engine", {})
     if "profile" in fields:
         eng.setdefault("profile", case.profile)
-    for key in ("compute_dtype", "embedding_dtype", "attention_data_parallel", "entrypoint"):
+    for key in ("compute_dtype", "embedding_dtype", "attention_data_parallel", "entrypoint",
+                "kv_cache_free_gpu_mem_fraction"):
         if getattr(case, key) is not None and key in fields:
             eng.setdefault(key, getattr(case, key))
     return data
@@ -275,4 +280,29 @@ def family_stats(outcomes: list[Outcome]) -> list[dict[str, Any]]:
     rows.append({"family": "all", "count": len(errs),
                  "mape": sum(abs(e) for e in errs) / len(errs) if errs else None,
                  "mean_signed_error": sum(errs) / len(errs) if errs else None})
+    return rows
+
+
+def source_stats(outcomes: list[Outcome]) -> list[dict[str, Any]]:
+    """Per family and per source (the citation's URL: one page, log or table), its cases'
+    MAPE and mean signed error, each family's rows followed by the mean of its sources' MAPEs:
+    every source weighs the same, however many rows it publishes (a vendor table of hundreds of
+    rows does not outvote a blog post of one); last, the same over all families (a source's
+    cases of every family together)."""
+    by: dict[tuple[str, str], list[float]] = {}
+    for o in outcomes:
+        if o.signed_error is not None:
+            by.setdefault((o.case.family, o.case.citation["url"]), []).append(o.signed_error)
+            by.setdefault(("all", o.case.citation["url"]), []).append(o.signed_error)
+    rows: list[dict[str, Any]] = []
+    for fam in (*FAMILIES, "all"):
+        mine = [(url, errs) for (f, url), errs in sorted(by.items()) if f == fam]
+        if not mine:
+            continue
+        if fam != "all":
+            rows += [{"family": fam, "source": url, "count": len(errs), "mape": sum(abs(e) for e in errs) / len(errs),
+                      "mean_signed_error": sum(errs) / len(errs)} for url, errs in mine]
+        mapes = [sum(abs(e) for e in errs) / len(errs) for _, errs in mine]
+        rows.append({"family": fam, "source": "(mean over sources)", "count": len(mine),
+                     "mape": sum(mapes) / len(mapes), "mean_signed_error": None})
     return rows
