@@ -129,3 +129,19 @@ def test_memory_metrics_agree_with_the_plan():
     assert gib == plan.kv_pool_bytes / (1 << 30)
     used = tokens / plan.block_size * plan.bytes_per_block
     assert 0 <= plan.kv_pool_bytes - used < plan.bytes_per_block
+
+
+def test_jobs_give_the_same_results_and_sources_weigh_the_same(tmp_path):
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    ids = [STEP_CASE, MEMORY_CASE, "vllm0251-qwen2.5-7b-rtx4090-sharegpt-bs1-decode"]
+    assert runner.main(["--only", *ids, "--json", str(one), "--quiet"]) == 0
+    assert runner.main(["--only", *ids, "--json", str(two), "--quiet", "--jobs", "2"]) == 0
+    a, b = (json.loads(p.read_text()) for p in (one, two))
+    strip = lambda doc: [{k: v for k, v in c.items() if k != "wall_s"} for c in doc["cases"]]  # noqa: E731
+    assert strip(a) == strip(b)  # same values, same order
+    rows = {(r["family"], r["source"]): r for r in a["sources"]}
+    step = [r for (fam, src), r in rows.items() if fam == "step_latency" and not src.startswith("(")]
+    assert len(step) == 2 and all(r["count"] == 1 for r in step)  # two sources, one case each
+    mean = rows[("step_latency", "(mean over sources)")]
+    assert math.isclose(mean["mape"], sum(r["mape"] for r in step) / 2)
+    assert runner.main(["--only", STEP_CASE, "--jobs", "0", "--quiet"]) == 2
