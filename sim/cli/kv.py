@@ -48,6 +48,9 @@ def add_kv_parser(subparsers: Any) -> None:
                    help="longest sequence (default: the model's max_position_embeddings)")
     p.add_argument("--gpu-memory-utilization", default="0.9", metavar="F",
                    help="fraction of GPU memory vLLM may use (default 0.9)")
+    p.add_argument("--kv-cache-free-gpu-mem-fraction", default=None, metavar="F",
+                   help="TensorRT-LLM's KV sizing: this share of the memory left free after the weights and"
+                        " activations (its default 0.9); replaces --gpu-memory-utilization")
     p.add_argument("--max-num-seqs", default="256", metavar="N", help="for the sampler's profiling (default 256)")
     p.add_argument("--max-num-batched-tokens", default="8192", metavar="N",
                    help="tokens of the profiling forward pass (default 8192)")
@@ -158,6 +161,8 @@ def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, 
         raise ConfigError(CLI, "--max-model-len", "required with --gpu: the model config has no "
                           "max_position_embeddings")
     cal = load_calibration(args.gpu, source=CLI, key="--gpu")
+    free = getattr(args, "kv_cache_free_gpu_mem_fraction", None)
+    free = None if free is None else _number(free, "--kv-cache-free-gpu-mem-fraction", float, upper=1.0)
     try:
         plan = plan_memory(model, cal.memory_bytes, gpu_memory_utilization=util, block_size=block_size,
                            kv_dtype=kv_dtype, max_model_len=max_model_len, quant_group_size=group,
@@ -166,7 +171,7 @@ def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, 
                            max_num_batched_tokens=_number(args.max_num_batched_tokens,
                                                           "--max-num-batched-tokens", int),
                            tensor_parallel_size=tp, pipeline_parallel_size=pp, embedding_bytes=vocab_bytes,
-                           attention_data_parallel=attention_dp, source=CLI)
+                           attention_data_parallel=attention_dp, source=CLI, kv_free_memory_fraction=free)
     except ConfigError as exc:  # name the flag the user can change
         flag = {"tensor_parallel_size": "--tp", "pipeline_parallel_size": "--pp",
                 "attention_data_parallel": "--attention-dp"}.get(
@@ -175,6 +180,7 @@ def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, 
     return {
         "gpu": cal.name, "gpu_name": cal.gpu_name, "gpu_memory_bytes": plan.gpu_memory_bytes,
         "gpu_memory_utilization": plan.gpu_memory_utilization,
+        "kv_cache_free_gpu_mem_fraction": plan.kv_free_memory_fraction,
         "activation_peak_bytes": plan.activation_peak_bytes,
         "runtime_overhead_bytes": plan.runtime_overhead_bytes, "kv_pool_bytes": plan.kv_pool_bytes,
         "num_gpu_blocks": plan.num_gpu_blocks, "pool_tokens": plan.pool_tokens,
@@ -248,7 +254,9 @@ def _print_table(r: dict[str, Any]) -> None:
         gpu = " per GPU (binding stage)"
     if "num_gpu_blocks" in r:
         rows += [("GPU", f"{tp * pp} x " * (tp * pp > 1) + f"{r['gpu_name']} ({_human_bytes(r['gpu_memory_bytes'])})"),
-                 ("gpu_memory_utilization", f"{r['gpu_memory_utilization']}"),
+                 (("gpu_memory_utilization", f"{r['gpu_memory_utilization']}")
+                  if r.get("kv_cache_free_gpu_mem_fraction") is None else
+                  ("kv_cache_free_gpu_mem_fraction", f"{r['kv_cache_free_gpu_mem_fraction']} of the memory left free")),
                  ("activation peak (estimate)" + gpu, _human_bytes(r["activation_peak_bytes"])),
                  ("runtime overhead" + gpu, _human_bytes(r["runtime_overhead_bytes"])),
                  ("KV pool" + gpu, _human_bytes(r["kv_pool_bytes"])),

@@ -240,7 +240,8 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
             f"no memory left for the KV cache: {share}, minus weights {_gib(weights)} ({model.name}{per_gpu}), activations"
             f" {_gib(activation_peak_bytes)}, runtime overhead {_gib(runtime_overhead_bytes)}"
             f" leaves {_gib(pool)}; use a bigger GPU, a smaller model, more GPUs (tensor_parallel_size"
-            f" or pipeline_parallel_size) or lower max_num_batched_tokens, or raise gpu_memory_utilization"))
+            f" or pipeline_parallel_size) or lower max_num_batched_tokens"
+            + (", or raise gpu_memory_utilization" if free_fraction is None else "")))
     num_blocks = num_gpu_blocks_override or ranks * (pool // per_block)
     if num_blocks > MAX_GPU_BLOCKS:
         key = "num_gpu_blocks_override" if num_gpu_blocks_override else "block_size"

@@ -76,6 +76,10 @@ def test_table_output(capsys) -> None:
     (["--model", "qwen2.5-7b", "--gpu", "rtx-4060-8gb"], "--gpu-memory-utilization", "no memory left"),
     (["--model", "llama-3-8b", "--attention-dp"], "--attention-dp", "give --tp 2, 4 or 8"),
     (["--model", "llama-3-8b", "--embedding-dtype", "fp5"], "--embedding-dtype", "allowed: fp32, bf16"),
+    (["--model", "llama-3-8b", "--gpu", "h100-sxm", "--max-model-len", "8192", "--kv-cache-free-gpu-mem-fraction", "0"],
+     "--kv-cache-free-gpu-mem-fraction", "(0, 1.0]"),
+    (["--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--max-model-len", "8192", "--kv-cache-free-gpu-mem-fraction",
+      "0.9"], "--kv-cache-free-gpu-mem-fraction", "0.9 of what is free"),
 ])
 def test_bad_input_raises_config_error_naming_the_flag(argv, key: str, fragment: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -156,3 +160,12 @@ def test_attention_dp_holds_whole_tokens_per_gpu(capsys) -> None:
     assert dp["bytes_per_token_per_gpu"] == tp["bytes_per_token_per_gpu"]  # MLA's latent: one either way
     assert dp["weight_bytes_per_gpu"] > tp["weight_bytes_per_gpu"]  # the attention on every GPU
     assert dp["pool_tokens"] > 5 * tp["pool_tokens"]  # no latent repeated on 8 GPUs
+
+
+def test_tensorrt_llms_free_fraction_sizes_the_pool(capsys) -> None:
+    base = ["--model", "llama-3.1-70b", "--weight-dtype", "fp8", "--gpu", "h100-sxm", "--max-model-len", "8192"]
+    vllm, trt = run_json(capsys, base), run_json(capsys, [*base, "--kv-cache-free-gpu-mem-fraction", "0.95"])
+    assert vllm["kv_cache_free_gpu_mem_fraction"] is None and trt["kv_cache_free_gpu_mem_fraction"] == 0.95
+    left = trt["gpu_memory_bytes"] - trt["weight_bytes"] - trt["activation_peak_bytes"] - trt["runtime_overhead_bytes"]
+    assert trt["kv_pool_bytes"] == int(0.95 * left)
+    assert trt["kv_pool_bytes"] > 3 * vllm["kv_pool_bytes"]  # 0.9 of the total leaves a 70B little
