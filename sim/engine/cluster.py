@@ -70,7 +70,7 @@ class ClusterResult:
         """Every request, with replica 0's engine: summarize() over it gives the request
         figures of the whole cluster (its engine figures are replaced by aggregates)."""
         return dataclasses.replace(self.replicas[0], requests=self.requests, end_s=self.end_s,
-                                   sim_wall_s=self.sim_wall_s, extra={})
+                                   sim_wall_s=self.sim_wall_s, extra={}, frontend=None)
 
 
 def refuse_pipeline_pools(sc: Scenario, pools: dict[str, Scenario]) -> None:
@@ -239,8 +239,7 @@ def summarize_cluster(result: ClusterResult) -> dict:
         eng[key] = max(s["engine"][key] for s in per)
     shares = [s["engine"]["frontend_busy_share"] for s in per if s["engine"]["frontend_busy_share"] is not None]
     eng["frontend_busy_share"] = max(shares) if shares else None  # the busiest replica's front end
-    out["notes"] = [n for n in out["notes"] if not n.startswith("the front end was busy")] + frontend_note(
-        eng["frontend_busy_share"])
+    out["notes"] += frontend_note(eng["frontend_busy_share"])
     cfg, router = result.scenario.cluster, result.router
     out["cluster"] = {"num_replicas": cfg.num_replicas, "router": str(cfg.router),
                       "sticky_sessions": cfg.sticky_sessions, "prefix_load_factor": cfg.prefix_load_factor,

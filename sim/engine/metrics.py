@@ -126,7 +126,7 @@ def summarize(result) -> dict:
     pool = plan.num_gpu_blocks * plan.block_size
     agg = step_aggregates(result.steps, pool)  # sums over the log's pieces (it may be on disk)
     busy = float(agg["busy"])
-    fe_share = frontend_busy_share(getattr(result, "frontend", None), span)
+    fe_share = frontend_busy_share(result.frontend, span)
 
     def mean_frac(key: str) -> float:
         return float(agg[key] / busy / pool) if busy > 0 else 0.0
