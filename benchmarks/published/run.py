@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 import sys
 import time
 from pathlib import Path
@@ -96,19 +97,6 @@ def as_json(outcomes: list[Outcome]) -> dict:
     }
 
 
-class _Serial:
-    """``--jobs 1``: the cases in this process, one after the other (a pool's map and with)."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-    def map(self, fn, items, chunksize: int = 1):
-        return map(fn, items)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="run.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", default=str(CASES_DIR), help="folder of case YAML files")
@@ -126,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         cases = load_cases(args.cases, args.only)
         t0 = time.perf_counter()
         outcomes = []
-        with ProcessPoolExecutor(args.jobs) if args.jobs > 1 else _Serial() as pool:
-            for o in pool.map(run_case, cases, chunksize=4):
+        with ProcessPoolExecutor(args.jobs) if args.jobs > 1 else nullcontext() as pool:
+            for o in (pool.map(run_case, cases, chunksize=4) if pool else map(run_case, cases)):
                 outcomes.append(o)
                 if not args.quiet:
                     print(f"  {o.case.id}: {o.status} ({o.wall_s:.1f} s)", file=sys.stderr)

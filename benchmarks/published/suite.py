@@ -31,9 +31,12 @@ ENTRYPOINTS = ("api-server", "offline")
 #: Capabilities kvsim lacks (issue #15 after tensor parallelism): such cases are listed, not run.
 REQUIRES = ("pipeline_parallel", "replicas", "disaggregation")
 
+#: Optional engine keys a case states at its top level; the runner copies them into scenario.engine
+#: where the schema has them (scenario_dict), so the same cases run on trees before and after a key
+ENGINE_KEYS = ("compute_dtype", "embedding_dtype", "attention_data_parallel", "entrypoint",
+               "kv_cache_free_gpu_mem_fraction")
 TOP_KEYS = {"id", "family", "engine", "engine_version", "profile", "citation", "published",
-            "scenario", "notes", "requires", "compute_dtype", "embedding_dtype", "attention_data_parallel",
-            "entrypoint", "kv_cache_free_gpu_mem_fraction"}
+            "scenario", "notes", "requires", *ENGINE_KEYS}
 REQUIRED_KEYS = ("id", "family", "engine", "engine_version", "profile", "citation",
                  "published", "scenario", "notes")
 CITATION_KEYS = ("url", "where", "quote", "setup")
@@ -200,8 +203,7 @@ def scenario_dict(case: Case) -> dict:
     eng = data.setdefault("engine", {})
     if "profile" in fields:
         eng.setdefault("profile", case.profile)
-    for key in ("compute_dtype", "embedding_dtype", "attention_data_parallel", "entrypoint",
-                "kv_cache_free_gpu_mem_fraction"):
+    for key in ENGINE_KEYS:
         if getattr(case, key) is not None and key in fields:
             eng.setdefault(key, getattr(case, key))
     return data
