@@ -96,6 +96,8 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
     group = _number(args.quant_group_size, "--quant-group-size", int)
     block_size = _number(args.block_size, "--block-size", int)
     util = _number(args.gpu_memory_utilization, "--gpu-memory-utilization", float, upper=1.0)
+    free = getattr(args, "kv_cache_free_gpu_mem_fraction", None)
+    free = None if free is None else _number(free, "--kv-cache-free-gpu-mem-fraction", float, upper=1.0)
     model = load_model(args.model, source=CLI, key="--model")
     tp = _number(getattr(args, "tp", "1"), "--tp", int)
     check_tensor_parallel(model, tp, CLI, "--tp")
@@ -142,7 +144,7 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
                     model, kv_dtype, max_model_len, block_size=block_size, quant_group_size=group)}
     if args.gpu is not None:
         out |= _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, weight_dtype, tp, pp,
-                            vocab_bytes, dp)
+                            vocab_bytes, dp, free)
         if is_mixed(model) and pp == 1:  # the plan counts every layer at full length: give the exact figures
             seq = kv_bytes_per_seq(shard, kv_dtype, max_model_len, block_size=block_size, quant_group_size=group)
             seqs = out["kv_pool_bytes"] // seq
@@ -153,7 +155,7 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, weight_dtype, tp,
-                 pp=1, vocab_bytes=None, attention_dp=False) -> dict[str, Any]:
+                 pp=1, vocab_bytes=None, attention_dp=False, free=None) -> dict[str, Any]:
     from sim.calib.calibration import load_calibration  # noqa: PLC0415
     from sim.model.memory import plan_memory  # noqa: PLC0415
 
@@ -161,8 +163,6 @@ def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, 
         raise ConfigError(CLI, "--max-model-len", "required with --gpu: the model config has no "
                           "max_position_embeddings")
     cal = load_calibration(args.gpu, source=CLI, key="--gpu")
-    free = getattr(args, "kv_cache_free_gpu_mem_fraction", None)
-    free = None if free is None else _number(free, "--kv-cache-free-gpu-mem-fraction", float, upper=1.0)
     try:
         plan = plan_memory(model, cal.memory_bytes, gpu_memory_utilization=util, block_size=block_size,
                            kv_dtype=kv_dtype, max_model_len=max_model_len, quant_group_size=group,
