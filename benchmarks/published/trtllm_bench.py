@@ -1,0 +1,205 @@
+"""The engine limits ``trtllm-bench build --dataset`` picks, for the TensorRT-LLM cases.
+
+TensorRT-LLM's perf-overview pages (v0.13, 0.17) build every engine with ``trtllm-bench build
+--dataset $dataset_file``: the build reads the dataset's average ISL/OSL and sizes the engine's
+max batch size and max num tokens with a tuning heuristic (``calc_engine_setting`` and
+``finetune_setting`` in ``tensorrt_llm/bench/build/tuning.py``; what follows restates its
+arithmetic, not its code):
+
+- KV bytes a token: 2 (K, V) x layers x max(TP, KV heads) x head size x 1 byte with FP8 (2 else), in GiB;
+- engine size: parameters / 1e9 x 1 byte with FP8 (2 else), subtracted from the GPUs' total memory
+  (NVML's, GiB) x TP x PP; 0.95 of the rest is the KV cache the build assumes;
+- requests that fit: that cache / (KV a token x (ISL + OSL)), at most 4096, over PP;
+- max batch size: that count rounded up (to 32 below 256, at least 64; to 128 below 1024; else 256);
+- max num tokens: requests x (1 + ISL / OSL), at most 32768, rounded up (to 256 below 4096, at
+  least 2048; to 512 below 8192; else 1024).
+
+The engine then runs with these limits (trtllm-bench throughput takes the engine's), so a case's
+``scheduler.max_num_seqs`` and ``max_num_batched_tokens`` come from here instead of a guess.
+``python benchmarks/published/trtllm_bench.py --write`` rewrites the cases of the two pages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+if str(ROOT) not in sys.path:  # run as a script from a checkout
+    sys.path.insert(0, str(ROOT))
+
+#: The perf-overview pages built with ``trtllm-bench build --dataset`` (case id prefixes)
+PAGES = ("trtllm013-", "trtllm017-")
+
+#: The pages' ``$num_requests`` table, by (ISL, OSL) (identical on both pages)
+NUM_REQUESTS = {(128, 128): 30000, (128, 2048): 3000, (128, 4096): 1500, (2048, 128): 3000,
+                (2048, 2048): 1500, (5000, 500): 1500, (1000, 1000): 3000, (500, 2000): 3000,
+                (20000, 2000): 1000}
+
+GIB = 1024 ** 3
+
+SEQ_HOST_S_FIT = 5e-6
+
+#: The TRT engine backend of these releases: host work between steps (TensorRT-LLM's overlap
+#: scheduler belongs to the later PyTorch backend's PyExecutor), and a host time per sequence in
+#: the step, fitted over the 0.17 page's 311 rows (0, 5 and 10 us: 8.45, 7.32, 9.34% MAPE) with
+#: the v0.13 page's 690 rows kept as its check (benchmarks/RESULTS.md, round 9)
+TRT_BACKEND_OVERRIDES = {"async_scheduling": False, "seq_host_s": SEQ_HOST_S_FIT}
+
+
+def engine_limits(*, num_params: int, num_layers: int, num_kv_heads: int, head_dim: int, fp8: bool,
+                  tp: int, pp: int, isl: int, osl: int, gpu_memory_bytes: float,
+                  kv_fraction: float = 0.95) -> tuple[int, int]:
+    """(max batch size, max num tokens) of trtllm-bench's build heuristic (module docstring)."""
+    elem = 1 if fp8 else 2
+    kv_gib_per_token = 2 * num_layers * max(tp, num_kv_heads) * head_dim * elem / GIB
+    engine_size = num_params / 1e9 * elem
+    available = gpu_memory_bytes / GIB * tp * pp - engine_size
+    requests = available * kv_fraction / kv_gib_per_token / (isl + osl)
+    raw_bs = min(requests, 4096) / pp
+    raw_tokens = min(raw_bs * (1 + isl / osl), 32768)
+    if raw_bs < 256:
+        max_bs = max(64, 32 * math.ceil(raw_bs / 32))
+    elif raw_bs < 1024:
+        max_bs = 128 * math.ceil(raw_bs / 128)
+    else:
+        max_bs = 256 * math.ceil(raw_bs / 256)
+    if raw_tokens < 4096:
+        max_tokens = max(2048, 256 * math.ceil(raw_tokens / 256))
+    elif raw_tokens < 8192:
+        max_tokens = 512 * math.ceil(raw_tokens / 512)
+    else:
+        max_tokens = 1024 * math.ceil(raw_tokens / 1024)
+    return max_bs, max_tokens
+
+
+def case_limits(case) -> tuple[int, int, int]:
+    """(max_num_seqs, max_num_batched_tokens, num_requests) for one of the pages' cases.
+
+    max_num_batched_tokens is the heuristic's max num tokens, raised to the prompt where the
+    prompt is longer: trtllm-bench throughput runs without chunked context by default, and kvsim
+    schedules a whole prompt in one step without it."""
+    from sim.calib.calibration import load_calibration
+    from sim.model.hf_config import load_model
+
+    sc = case.scenario
+    model = load_model(str(case.path.parent / sc["model"]) if sc["model"].endswith(".json") else sc["model"])
+    eng = sc["engine"]
+    cal = load_calibration(sc["gpu"])
+    isl = sc["workload"]["prompt_tokens"]["value"]
+    osl = sc["workload"]["output_tokens"]["value"]
+    max_bs, max_tokens = engine_limits(
+        num_params=model.num_params, num_layers=model.num_layers, num_kv_heads=model.num_kv_heads,
+        head_dim=model.head_dim, fp8=eng.get("weight_dtype") == "fp8",
+        tp=eng.get("tensor_parallel_size", 1), pp=1, isl=isl, osl=osl,
+        gpu_memory_bytes=cal.memory_bytes)
+    return max_bs, max(max_tokens, isl), NUM_REQUESTS[(isl, osl)]
+
+
+def _set_line(text: str, key: str, value: object) -> str:
+    new, n = re.subn(rf"^(\s+{key}: )\S+$", rf"\g<1>{value}", text, count=1, flags=re.M)
+    if n != 1:
+        raise ValueError(f"no '{key}:' line")
+    return new
+
+
+def _words(sentence: str) -> str:
+    """A pattern matching ``sentence`` across the line breaks of a folded YAML scalar (N: a number)."""
+    parts = [re.escape(w).replace("N", r"[\d,]+") for w in sentence.split()]
+    return r"\s+".join(parts)
+
+
+_CHUNKED = ("The policy is chunked-prefill only because kvsim refuses a token budget below max_model_len without it; "
+            "prompts fit the budget, the trtllm profile never preempts, and the page ran without chunked context.")
+
+
+_OVERRIDES = ("The profile_overrides model the TRT engine backend these pages ran: its host work runs between steps "
+              "(async_scheduling false: the overlap scheduler is the PyTorch backend''s, TensorRT-LLM docs "
+              "features/overlap-scheduler), and seq_host_s is the host time a sequence adds to a step, one value "
+              "fitted over the 0.17 page''s rows, the v0.13 page''s rows its check (benchmarks/RESULTS.md, round 9).")
+
+
+def _run_sentence(requests: object) -> str:
+    return (f"The scenario runs the page''s {requests} requests for this ISL/OSL (its $num_requests table), "
+            "all arriving at once.")
+
+
+def _limits_sentence(seqs: object, tokens: object) -> str:
+    return (f"max_num_seqs {seqs} and max_num_batched_tokens {tokens} are the engine''s max batch size and max num "
+            "tokens as trtllm-bench build --dataset sizes them (its tuning heuristic, restated in "
+            "benchmarks/published/trtllm_bench.py; the token budget raised to the prompt where the prompt is longer).")
+
+
+#: the notes' sentences this rewrites: as the cases first had them, or as a previous --write left them
+_RUN = "|".join((_words("The scenario runs N of the N requests (all arriving at once) to stay fast."),
+                 _words(_run_sentence("N"))))
+_LIMITS = "|".join((_words("max_num_seqs N and max_num_batched_tokens max(N, ISL + OSL) are assumptions") + r".*?"
+                    + _words("without chunked prefill)."),
+                    _words(_limits_sentence("N", "N")) + "(?:" + r"\s+" + _words(_CHUNKED) + ")?"
+                    + "(?:" + r"\s+" + _words(_OVERRIDES) + ")?"))
+
+
+def _yaml_scalar(v: object) -> str:
+    """``v`` as YAML 1.1 reads it back: booleans in lower case, floats with a mantissa dot (5.0e-06)."""
+    if isinstance(v, bool):
+        return str(v).lower()
+    return format(v, ".1e") if isinstance(v, float) else str(v)
+
+
+def _set_overrides(text: str) -> str:
+    """``scenario.engine.profile_overrides`` set to TRT_BACKEND_OVERRIDES (replaced where present)."""
+    block = "    profile_overrides:\n" + "".join(
+        f"      {k}: {_yaml_scalar(v)}\n" for k, v in TRT_BACKEND_OVERRIDES.items())
+    text = re.sub(r"^    profile_overrides:\n(?:      .*\n)+", "", text, flags=re.M)
+    new, n = re.subn(r"^(scenario:\n(?:  (?!engine:).*\n)*  engine:\n)", lambda m: m.group(1) + block, text,
+                     count=1, flags=re.M)
+    if n != 1:
+        raise ValueError("no scenario.engine block")
+    return new
+
+
+def rewrite_case(text: str, seqs: int, tokens: int, requests: int, max_model_len: int) -> str:
+    """A case file's text with trtllm-bench's limits, the page's request count and notes saying so
+    (ValueError where the file lacks a key or a sentence it rewrites)."""
+    chunked = tokens < max_model_len
+    for key, value in (("max_num_seqs", seqs), ("max_num_batched_tokens", tokens), ("num_requests", requests),
+                       ("policy", "chunked-prefill" if chunked else "continuous")):
+        text = _set_line(text, key, value)
+    text = _set_overrides(text)
+    limits = _limits_sentence(seqs, tokens) + (" " + _CHUNKED if chunked else "") + " " + _OVERRIDES
+    text, n1 = re.subn(_RUN, lambda m: _run_sentence(requests), text, count=1)
+    text, n2 = re.subn(_LIMITS, lambda m: limits, text, count=1, flags=re.S)
+    if n2 == 0 and re.search(r"^notes: '.*'\n\Z", text, flags=re.M | re.S):  # notes without a limits sentence
+        text, n2 = text[:-2] + " " + limits + "'\n", 1
+    setup = text.index("  setup:")
+    head, tail = text[:setup], text[setup:]
+    tail, n3 = re.subn(r"\b\d[\d,]* requests", f"{requests} requests", tail, count=1)
+    if (n1, n2, n3) != (1, 1, 1):
+        raise ValueError(f"notes not as expected ({n1}, {n2}, {n3})")
+    return head + tail
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="rewrite the cases' limits (else print them)")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(HERE))
+    import suite
+
+    for case in suite.load_cases():
+        if not case.id.startswith(PAGES) or case.family != "saturated_throughput":
+            continue
+        seqs, tokens, requests = case_limits(case)
+        print(f"{case.id}: max_num_seqs {seqs}, max_num_batched_tokens {tokens}, num_requests {requests}")
+        if args.write:
+            mml = case.scenario["engine"]["max_model_len"]
+            case.path.write_text(rewrite_case(case.path.read_text(), seqs, tokens, requests, mml))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
