@@ -32,13 +32,19 @@ ROOT = HERE.parent.parent
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
-#: The perf-overview pages built with ``trtllm-bench build --dataset`` (case id prefixes)
-PAGES = ("trtllm013-", "trtllm017-")
+#: The perf-overview pages built with ``trtllm-bench build --dataset``, TRT engine backend (case id prefixes)
+TRT_PAGES = ("trtllm013-", "trtllm017-")
+#: The page run with ``trtllm-bench throughput --backend pytorch`` and no limits given (commit 00f3768)
+PYTORCH_PAGES = ("trtllm10-",)
+PAGES = TRT_PAGES + PYTORCH_PAGES
 
-#: The pages' ``$num_requests`` table, by (ISL, OSL) (identical on both pages)
+#: The pages' ``$num_requests`` table, by (ISL, OSL) (the same rows on all three; 1000/2000 on 00f3768's)
 NUM_REQUESTS = {(128, 128): 30000, (128, 2048): 3000, (128, 4096): 1500, (2048, 128): 3000,
                 (2048, 2048): 1500, (5000, 500): 1500, (1000, 1000): 3000, (500, 2000): 3000,
-                (20000, 2000): 1000}
+                (20000, 2000): 1000, (1000, 2000): 1500}
+
+#: bytes a parameter / a KV element by kvsim dtype, as the heuristic counts them (16-bit: 2)
+ELEM_BYTES = {"fp8": 1.0, "fp4": 0.5}
 
 GIB = 1024 ** 3
 
@@ -51,13 +57,15 @@ SEQ_HOST_S_FIT = 5e-6
 TRT_BACKEND_OVERRIDES = {"async_scheduling": False, "seq_host_s": SEQ_HOST_S_FIT}
 
 
-def engine_limits(*, num_params: int, num_layers: int, num_kv_heads: int, head_dim: int, fp8: bool,
-                  tp: int, pp: int, isl: int, osl: int, gpu_memory_bytes: float,
-                  kv_fraction: float = 0.95) -> tuple[int, int]:
-    """(max batch size, max num tokens) of trtllm-bench's build heuristic (module docstring)."""
-    elem = 1 if fp8 else 2
-    kv_gib_per_token = 2 * num_layers * max(tp, num_kv_heads) * head_dim * elem / GIB
-    engine_size = num_params / 1e9 * elem
+def engine_limits(*, num_params: int, num_layers: int, num_kv_heads: int, head_dim: int, weight_bytes: float,
+                  kv_bytes: float, tp: int, pp: int, isl: int, osl: int, gpu_memory_bytes: float,
+                  kv_fraction: float = 0.95, engine_unit: float = 1e9) -> tuple[int, int]:
+    """(max batch size, max num tokens) of trtllm-bench's build heuristic (module docstring).
+
+    ``engine_unit``: what the engine size's parameter bytes are divided by, 1e9 in the v0.13-0.17
+    form (then subtracted from GiB all the same), 2^30 in the later one."""
+    kv_gib_per_token = 2 * num_layers * max(tp, num_kv_heads) * head_dim * kv_bytes / GIB
+    engine_size = num_params * weight_bytes / engine_unit
     available = gpu_memory_bytes / GIB * tp * pp - engine_size
     requests = available * kv_fraction / kv_gib_per_token / (isl + osl)
     raw_bs = min(requests, 4096) / pp
@@ -77,27 +85,44 @@ def engine_limits(*, num_params: int, num_layers: int, num_kv_heads: int, head_d
     return max_bs, max_tokens
 
 
+def converted(case) -> bool:
+    """Whether --write sets ``case``'s limits: the pages' throughput rows, but for the PyTorch page's
+    attention-data-parallel ones (how the later heuristic counts requests per attention rank is not
+    restated here; they keep their notes' assumptions)."""
+    if not case.id.startswith(PAGES) or case.family != "saturated_throughput":
+        return False
+    return not (case.id.startswith(PYTORCH_PAGES) and case.attention_data_parallel)
+
+
 def case_limits(case) -> tuple[int, int, int]:
     """(max_num_seqs, max_num_batched_tokens, num_requests) for one of the pages' cases.
 
-    max_num_batched_tokens is the heuristic's max num tokens, raised to the prompt where the
-    prompt is longer: trtllm-bench throughput runs without chunked context by default, and kvsim
-    schedules a whole prompt in one step without it."""
+    max_num_batched_tokens is the heuristic's max num tokens raised, with chunked prefill off (all
+    three pages), to what a prompt needs: on the TRT pages the prompt (kvsim schedules a whole
+    prompt in one step), on the PyTorch page the longest prompt plus the max batch size, as
+    ``trtllm-bench throughput`` itself raises it (``get_settings``)."""
     from sim.calib.calibration import load_calibration
     from sim.model.hf_config import load_model
 
     sc = case.scenario
     model = load_model(str(case.path.parent / sc["model"]) if sc["model"].endswith(".json") else sc["model"])
     eng = sc["engine"]
-    cal = load_calibration(sc["gpu"])
     isl = sc["workload"]["prompt_tokens"]["value"]
     osl = sc["workload"]["output_tokens"]["value"]
+    pytorch = case.id.startswith(PYTORCH_PAGES)
+    weight, kv = eng.get("weight_dtype"), eng.get("kv_dtype")
+    if pytorch:  # the later form: the checkpoint's own precision, fp4 at half a byte
+        elem, kv_elem, unit, fraction = ELEM_BYTES.get(weight, 2.0), ELEM_BYTES.get(kv, 2.0), GIB, \
+            case.kv_cache_free_gpu_mem_fraction
+    else:  # trtllm-bench build --quantization FP8 (KV FP8 too) or none
+        elem = kv_elem = 1.0 if weight == "fp8" else 2.0
+        unit, fraction = 1e9, 0.95
     max_bs, max_tokens = engine_limits(
         num_params=model.num_params, num_layers=model.num_layers, num_kv_heads=model.num_kv_heads,
-        head_dim=model.head_dim, fp8=eng.get("weight_dtype") == "fp8",
+        head_dim=model.head_dim, weight_bytes=elem, kv_bytes=kv_elem,
         tp=eng.get("tensor_parallel_size", 1), pp=1, isl=isl, osl=osl,
-        gpu_memory_bytes=cal.memory_bytes)
-    return max_bs, max(max_tokens, isl), NUM_REQUESTS[(isl, osl)]
+        gpu_memory_bytes=load_calibration(sc["gpu"]).memory_bytes, kv_fraction=fraction, engine_unit=unit)
+    return max_bs, max(max_tokens, isl + max_bs if pytorch else isl), NUM_REQUESTS[(isl, osl)]
 
 
 def _set_line(text: str, key: str, value: object) -> str:
@@ -128,19 +153,29 @@ def _run_sentence(requests: object) -> str:
             "all arriving at once.")
 
 
-def _limits_sentence(seqs: object, tokens: object) -> str:
+def _limits_sentence(seqs: object, tokens: object, pytorch: bool = False) -> str:
+    if pytorch:
+        return (f"max_num_seqs {seqs} and max_num_batched_tokens {tokens} are the max batch size and max num tokens "
+                "trtllm-bench throughput --backend pytorch picks when none are given (its tuning heuristic, restated "
+                "in benchmarks/published/trtllm_bench.py; with chunked prefill off it raises the token budget to the "
+                "longest prompt plus the max batch size).")
     return (f"max_num_seqs {seqs} and max_num_batched_tokens {tokens} are the engine''s max batch size and max num "
             "tokens as trtllm-bench build --dataset sizes them (its tuning heuristic, restated in "
             "benchmarks/published/trtllm_bench.py; the token budget raised to the prompt where the prompt is longer).")
 
 
+def _optional(sentence: str) -> str:
+    return "(?:" + r"\s+" + _words(sentence) + ")?"
+
+
 #: the notes' sentences this rewrites: as the cases first had them, or as a previous --write left them
-_RUN = "|".join((_words("The scenario runs N of the N requests (all arriving at once) to stay fast."),
+_RUN = "|".join((_words("The scenario runs N of the N requests") + r"(?:\s+\(all\s+(?:arriving\s+at\s+once|at\s+"
+                 r"once:\s+offline)\))?(?:\s+to\s+stay\s+fast)?\.",
                  _words(_run_sentence("N"))))
-_LIMITS = "|".join((_words("max_num_seqs N and max_num_batched_tokens max(N, ISL + OSL) are assumptions") + r".*?"
-                    + _words("without chunked prefill)."),
-                    _words(_limits_sentence("N", "N")) + "(?:" + r"\s+" + _words(_CHUNKED) + ")?"
-                    + "(?:" + r"\s+" + _words(_OVERRIDES) + ")?"))
+_LIMITS = "|".join((_words("max_num_seqs N and max_num_batched_tokens") + r"\s+(?:max\([\d,]+,\s+ISL\s+\+\s+OSL\)|"
+                    r"[\d,]+)\s+are\s+assumptions(?:\s+\([^)]*\))?\.",
+                    *(_words(_limits_sentence("N", "N", pytorch)) + _optional(_CHUNKED) + _optional(_OVERRIDES)
+                      for pytorch in (False, True))))
 
 
 def _yaml_scalar(v: object) -> str:
@@ -162,15 +197,19 @@ def _set_overrides(text: str) -> str:
     return new
 
 
-def rewrite_case(text: str, seqs: int, tokens: int, requests: int, max_model_len: int) -> str:
-    """A case file's text with trtllm-bench's limits, the page's request count and notes saying so
-    (ValueError where the file lacks a key or a sentence it rewrites)."""
+def rewrite_case(text: str, seqs: int, tokens: int, requests: int, max_model_len: int, *,
+                 pytorch: bool = False) -> str:
+    """A case file's text with trtllm-bench's limits, the page's request count and notes saying so,
+    and (``pytorch`` false: the TRT engine backend) its profile_overrides (ValueError where the file
+    lacks a key or a sentence it rewrites)."""
     chunked = tokens < max_model_len
     for key, value in (("max_num_seqs", seqs), ("max_num_batched_tokens", tokens), ("num_requests", requests),
                        ("policy", "chunked-prefill" if chunked else "continuous")):
         text = _set_line(text, key, value)
-    text = _set_overrides(text)
-    limits = _limits_sentence(seqs, tokens) + (" " + _CHUNKED if chunked else "") + " " + _OVERRIDES
+    if not pytorch:
+        text = _set_overrides(text)
+    limits = _limits_sentence(seqs, tokens, pytorch) + (" " + _CHUNKED if chunked else "") \
+        + ("" if pytorch else " " + _OVERRIDES)
     text, n1 = re.subn(_RUN, lambda m: _run_sentence(requests), text, count=1)
     text, n2 = re.subn(_LIMITS, lambda m: limits, text, count=1, flags=re.S)
     if n2 == 0 and re.search(r"^notes: '.*'\n\Z", text, flags=re.M | re.S):  # notes without a limits sentence
@@ -191,13 +230,14 @@ def main(argv: list[str] | None = None) -> int:
     import suite
 
     for case in suite.load_cases():
-        if not case.id.startswith(PAGES) or case.family != "saturated_throughput":
+        if not converted(case):
             continue
         seqs, tokens, requests = case_limits(case)
         print(f"{case.id}: max_num_seqs {seqs}, max_num_batched_tokens {tokens}, num_requests {requests}")
         if args.write:
             mml = case.scenario["engine"]["max_model_len"]
-            case.path.write_text(rewrite_case(case.path.read_text(), seqs, tokens, requests, mml))
+            case.path.write_text(rewrite_case(case.path.read_text(), seqs, tokens, requests, mml,
+                                              pytorch=case.id.startswith(PYTORCH_PAGES)))
     return 0
 
 
