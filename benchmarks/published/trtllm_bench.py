@@ -15,8 +15,12 @@ arithmetic, not its code):
   least 2048; to 512 below 8192; else 1024).
 
 The engine then runs with these limits (trtllm-bench throughput takes the engine's), so a case's
-``scheduler.max_num_seqs`` and ``max_num_batched_tokens`` come from here instead of a guess.
-``python benchmarks/published/trtllm_bench.py --write`` rewrites the cases of the two pages.
+``scheduler.max_num_seqs`` and ``max_num_batched_tokens`` come from here instead of a guess. The
+PyTorch backend's ``trtllm-bench throughput`` (the 00f3768 page, no limits given) calls the same
+heuristic in its later form (engine size in GiB, NVFP4 weights at half a byte) and, with chunked
+prefill off, raises max num tokens to the longest prompt plus the max batch size (``get_settings``
+in ``tensorrt_llm/bench/benchmark/utils/general.py``).
+``python benchmarks/published/trtllm_bench.py --write`` rewrites the three pages' cases (idempotent).
 """
 
 from __future__ import annotations
@@ -70,19 +74,14 @@ def engine_limits(*, num_params: int, num_layers: int, num_kv_heads: int, head_d
     requests = available * kv_fraction / kv_gib_per_token / (isl + osl)
     raw_bs = min(requests, 4096) / pp
     raw_tokens = min(raw_bs * (1 + isl / osl), 32768)
-    if raw_bs < 256:
-        max_bs = max(64, 32 * math.ceil(raw_bs / 32))
-    elif raw_bs < 1024:
-        max_bs = 128 * math.ceil(raw_bs / 128)
-    else:
-        max_bs = 256 * math.ceil(raw_bs / 256)
-    if raw_tokens < 4096:
-        max_tokens = max(2048, 256 * math.ceil(raw_tokens / 256))
-    elif raw_tokens < 8192:
-        max_tokens = 512 * math.ceil(raw_tokens / 512)
-    else:
-        max_tokens = 1024 * math.ceil(raw_tokens / 1024)
-    return max_bs, max_tokens
+    return (_round_up(raw_bs, ((256, 32), (1024, 128), (math.inf, 256)), floor=64),
+            _round_up(raw_tokens, ((4096, 256), (8192, 512), (math.inf, 1024)), floor=2048))
+
+
+def _round_up(x: float, bands: tuple[tuple[float, int], ...], floor: int) -> int:
+    """``x`` rounded up to a multiple of the step of the first (bound, step) band it is below, at least ``floor``."""
+    step = next(step for bound, step in bands if x < bound)
+    return max(floor, step * math.ceil(x / step))
 
 
 def converted(case) -> bool:
