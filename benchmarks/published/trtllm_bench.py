@@ -29,7 +29,10 @@ import argparse
 import math
 import re
 import sys
+import textwrap
 from pathlib import Path
+
+import yaml
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -167,27 +170,15 @@ def _optional(sentence: str) -> str:
     return "(?:" + r"\s+" + _words(sentence) + ")?"
 
 
-#: the notes' sentences this rewrites: as the cases first had them, or as a previous --write left them
-_RUN = "|".join((_words("The scenario runs N of the N requests") + r"(?:\s+\(all\s+(?:arriving\s+at\s+once|at\s+"
-                 r"once:\s+offline)\))?(?:\s+to\s+stay\s+fast)?\.",
-                 _words(_run_sentence("N"))))
-_LIMITS = "|".join((_words("max_num_seqs N and max_num_batched_tokens") + r"\s+(?:max\([\d,]+,\s+ISL\s+\+\s+OSL\)|"
-                    r"[\d,]+)\s+are\s+assumptions(?:\s+\([^)]*\))?\.",
-                    *(_words(_limits_sentence("N", "N", pytorch)) + _optional(_CHUNKED) + _optional(_OVERRIDES)
-                      for pytorch in (False, True))))
-
-
-def _yaml_scalar(v: object) -> str:
-    """``v`` as YAML 1.1 reads it back: booleans in lower case, floats with a mantissa dot (5.0e-06)."""
-    if isinstance(v, bool):
-        return str(v).lower()
-    return format(v, ".1e") if isinstance(v, float) else str(v)
+#: the notes' sentences this rewrites, as --write leaves them
+_RUN = _words(_run_sentence("N"))
+_LIMITS = "|".join(_words(_limits_sentence("N", "N", pytorch)) + _optional(_CHUNKED) + _optional(_OVERRIDES)
+                   for pytorch in (False, True))
 
 
 def _set_overrides(text: str) -> str:
     """``scenario.engine.profile_overrides`` set to TRT_BACKEND_OVERRIDES (replaced where present)."""
-    block = "    profile_overrides:\n" + "".join(
-        f"      {k}: {_yaml_scalar(v)}\n" for k, v in TRT_BACKEND_OVERRIDES.items())
+    block = textwrap.indent(yaml.safe_dump({"profile_overrides": TRT_BACKEND_OVERRIDES}, sort_keys=False), "    ")
     text = re.sub(r"^    profile_overrides:\n(?:      .*\n)+", "", text, flags=re.M)
     new, n = re.subn(r"^(scenario:\n(?:  (?!engine:).*\n)*  engine:\n)", lambda m: m.group(1) + block, text,
                      count=1, flags=re.M)
@@ -211,8 +202,6 @@ def rewrite_case(text: str, seqs: int, tokens: int, requests: int, max_model_len
         + ("" if pytorch else " " + _OVERRIDES)
     text, n1 = re.subn(_RUN, lambda m: _run_sentence(requests), text, count=1)
     text, n2 = re.subn(_LIMITS, lambda m: limits, text, count=1, flags=re.S)
-    if n2 == 0 and re.search(r"^notes: '.*'\n\Z", text, flags=re.M | re.S):  # notes without a limits sentence
-        text, n2 = text[:-2] + " " + limits + "'\n", 1
     setup = text.index("  setup:")
     head, tail = text[:setup], text[setup:]
     tail, n3 = re.subn(r"\b\d[\d,]* requests", f"{requests} requests", tail, count=1)
