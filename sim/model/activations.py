@@ -26,10 +26,24 @@ VLLM_PROFILES = frozenset({"vllm-v0", "vllm-v1"})
 #: Other engines (trtllm, sglang, eager) keep kvsim's earlier, unvalidated estimate: two fp32
 #: copies of the logits added to the forward pass's peak (2 hidden vectors a token), and
 #: LEGACY_RUNTIME_OVERHEAD_BYTES (the 0.5-1 GiB of CUDA context, workspaces and NCCL buffers
-#: seen on recent drivers). No startup log of theirs is in the published suite.
+#: seen on recent drivers). TensorRT-LLM's runtime overhead and its KV rule are checked against a
+#: startup log in the published suite (trtllm-llava-1.5-7b-h100nvl-tp2-kv-gib); the others' are not.
 LEGACY_SAMPLER_BYTES_PER_LOGIT = 8
 LEGACY_FORWARD_HIDDEN_VECTORS = 2
 LEGACY_RUNTIME_OVERHEAD_BYTES = 768 << 20
+#: TensorRT-LLM's runtime buffers and decoder, per max_batch_size slot and vocabulary entry: what its
+#: startup log prints before sizing the KV cache ("Allocated X GB GPU memory for runtime buffers",
+#: "... for decoder"), about seven fp32 vocabulary-wide buffers a slot (logits, probabilities, sampling
+#: workspaces). Two logs print both lines: TensorRT-LLM's perf-benchmarking doc (0.12, max_batch_size
+#: 4,096: 1.14 + 4.35 GB; its KV bytes a token fit a 28-layer, 4096-wide model, GPT-J's 50,400-entry
+#: vocabulary: 28.6 B) and NVIDIA/TensorRT-LLM issue #1188 (Qwen2.5-Coder-0.5B, vocabulary 151,936, the
+#: build's default max_batch_size 2,048 (BuildConfig): 2.66 + 5.76 GB: 29.0 B; the logs' GB are GiB). A 0.19
+#: log without those lines (issue #4275, Llama-3.1-8B FP8 on an RTX 5090, max_batch_size 2,048) leaves about
+#: 19 B for them once kvsim's weight estimate and 0.75 GiB of other overhead are taken out.
+#: trtllm-bench caps max_batch_size at 4,096 "to avoid decoder buffer size becoming too large"
+#: (tensorrt_llm/bench/build/tuning.py). 29: the two logs' mean, rounded. Replaces the legacy two fp32 logit copies
+#: for the trtllm profile.
+TRTLLM_DECODER_BYTES_PER_LOGIT = 29
 
 #: Hidden-state vectors (of ``hidden_size``) per token alive at the forward pass's widest
 #: moment besides that moment's own tensors: the residual stream, the layer's (normed) input
@@ -63,7 +77,8 @@ def estimate_activation_peak_bytes(model: ModelSpec, *, max_num_batched_tokens: 
     gathered vocabulary; 0 on a pipeline stage without the lm_head), plus the final hidden
     states it is computed from (tokens x hidden_size). An estimate: the true peak depends
     on kernels and fusion. ``engine_profile`` outside VLLM_PROFILES: the legacy estimate
-    (forward with LEGACY_FORWARD_HIDDEN_VECTORS plus LEGACY_SAMPLER_BYTES_PER_LOGIT logits).
+    (forward with LEGACY_FORWARD_HIDDEN_VECTORS plus LEGACY_SAMPLER_BYTES_PER_LOGIT logits; trtllm:
+    TRTLLM_DECODER_BYTES_PER_LOGIT, its runtime buffers and decoder for ``max_num_seqs`` slots).
     """
     vllm = engine_profile is None or engine_profile in VLLM_PROFILES
     ops = {op.name: op for op in linear_ops(model)}
@@ -79,7 +94,8 @@ def estimate_activation_peak_bytes(model: ModelSpec, *, max_num_batched_tokens: 
     forward = math.ceil(max_num_batched_tokens * per_token * dtype_bytes)
     vocab = model.vocab_size if sampler_vocab_size is None else sampler_vocab_size
     if not vllm:
-        return forward + max_num_seqs * vocab * LEGACY_SAMPLER_BYTES_PER_LOGIT
+        per_logit = TRTLLM_DECODER_BYTES_PER_LOGIT if engine_profile == "trtllm" else LEGACY_SAMPLER_BYTES_PER_LOGIT
+        return forward + max_num_seqs * vocab * per_logit
     if vocab == 0:  # no sampler on this GPU
         return forward
     sampler = max_num_seqs * vocab * SAMPLER_BYTES_PER_LOGIT
@@ -88,5 +104,5 @@ def estimate_activation_peak_bytes(model: ModelSpec, *, max_num_batched_tokens: 
 
 
 __all__ = ["FORWARD_HIDDEN_VECTORS", "LEGACY_FORWARD_HIDDEN_VECTORS", "LEGACY_RUNTIME_OVERHEAD_BYTES",
-           "LEGACY_SAMPLER_BYTES_PER_LOGIT", "SAMPLER_BYTES_PER_LOGIT", "VLLM_PROFILES",
+           "LEGACY_SAMPLER_BYTES_PER_LOGIT", "SAMPLER_BYTES_PER_LOGIT", "TRTLLM_DECODER_BYTES_PER_LOGIT", "VLLM_PROFILES",
            "estimate_activation_peak_bytes"]

@@ -8,7 +8,8 @@ import pytest
 
 from sim.errors import ConfigError
 from sim.model.memory import (
-    DEFAULT_RUNTIME_OVERHEAD_BYTES, LEGACY_RUNTIME_OVERHEAD_BYTES, SAMPLER_BYTES_PER_LOGIT, check_fits_one_sequence,
+    DEFAULT_RUNTIME_OVERHEAD_BYTES, LEGACY_RUNTIME_OVERHEAD_BYTES, SAMPLER_BYTES_PER_LOGIT,
+    TRTLLM_DECODER_BYTES_PER_LOGIT, check_fits_one_sequence,
     estimate_activation_peak_bytes, plan_memory)
 from sim.model.spec import KVDtype
 from sim.model.hf_config import load_model
@@ -59,12 +60,29 @@ def test_activation_estimate_by_hand() -> None:
 
 def test_other_engines_keep_the_legacy_estimate() -> None:
     model = load_model("tiny-llama")
-    legacy = 8192 * (2 * 256 + 3 * 512) * 2 + 256 * 1024 * 4 * 2  # forward + two fp32 copies of the logits
-    for profile in ("trtllm", "sglang", "eager"):
+    forward = 8192 * (2 * 256 + 3 * 512) * 2
+    legacy = forward + 256 * 1024 * 4 * 2  # forward + two fp32 copies of the logits
+    trt = forward + 256 * 1024 * 29  # forward + TensorRT-LLM's runtime buffers and decoder, 256 slots
+    for profile, expected in (("trtllm", trt), ("sglang", legacy), ("eager", legacy)):
         assert estimate_activation_peak_bytes(model, max_num_batched_tokens=8192, max_num_seqs=256,
-                                              engine_profile=profile) == legacy
+                                              engine_profile=profile) == expected
         plan = plan_memory(model, 1 << 30, max_model_len=2048, engine_profile=profile)
-        assert plan.activation_peak_bytes == legacy and plan.runtime_overhead_bytes == LEGACY_RUNTIME_OVERHEAD_BYTES
+        assert plan.activation_peak_bytes == expected
+        assert plan.runtime_overhead_bytes == LEGACY_RUNTIME_OVERHEAD_BYTES
+
+
+def test_trtllm_decoder_buffers_match_its_startup_logs() -> None:
+    # NVIDIA/TensorRT-LLM issue #1188: Qwen2.5-Coder-0.5B (vocabulary 151,936) at the build's default
+    # max_batch_size 2,048 logs 2.66 GB of runtime buffers and 5.76 GB of decoder; the perf-benchmarking
+    # doc's 28-layer, 4096-wide model (GPT-J's 50,400 entries) at 4,096 slots logs 1.14 + 4.35 GB.
+    for vocab, slots, logged_gib in ((151_936, 2048, 2.66 + 5.76), (50_400, 4096, 1.14 + 4.35)):
+        estimate = slots * vocab * TRTLLM_DECODER_BYTES_PER_LOGIT / (1 << 30)
+        assert abs(estimate / logged_gib - 1) < 0.03, (vocab, slots, estimate, logged_gib)
+    # the buffers grow with the slots, not with the token budget
+    model = load_model("tiny-llama")
+    small, large = (estimate_activation_peak_bytes(model, max_num_batched_tokens=2048, max_num_seqs=n,
+                                                   engine_profile="trtllm") for n in (64, 4096))
+    assert large - small == (4096 - 64) * model.vocab_size * TRTLLM_DECODER_BYTES_PER_LOGIT
     assert plan_memory(model, 1 << 30, max_model_len=2048, engine_profile="vllm-v0") == plan_memory(
         model, 1 << 30, max_model_len=2048)
 
