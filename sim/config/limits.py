@@ -55,6 +55,7 @@ _TABLE = (
     Limit("engine.profile_overrides.max_graph_size", 1 << 16, "batch sizes a graph is captured for"),
     Limit("engine.profile_overrides.step_host_s", 10.0, "seconds of host time per step"),
     Limit("engine.profile_overrides.seq_host_s", 1.0, "seconds of host time per sequence"),
+    Limit("engine.profile_overrides.graph_kernel_s", 1e-3, "seconds of GPU time per replayed kernel"),
     Limit("engine.profile_overrides.frontend_request_s", 60.0, "seconds per request"),
     Limit("engine.profile_overrides.frontend_prompt_token_s", 1.0, "seconds per prompt token"),
     Limit("engine.profile_overrides.frontend_token_s", 1.0, "seconds per output token"),

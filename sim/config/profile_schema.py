@@ -29,6 +29,7 @@ class ProfileOverrides(BaseModel):
     frontend_prompt_token_s: nonneg_float("engine.profile_overrides.frontend_prompt_token_s") | None = None
     frontend_token_s: nonneg_float("engine.profile_overrides.frontend_token_s") | None = None
     gqa_shared_kv_reads: bool | None = None
+    graph_kernel_s: nonneg_float("engine.profile_overrides.graph_kernel_s") | None = None
     reserve_full_length: bool | None = None
 
     def as_dict(self) -> dict:

@@ -48,8 +48,9 @@ def build_profiled_cost(model: ModelSpec, calibration: Calibration, profile: Eng
 
     ``eager`` is the plain cost model. Other profiles wrap a datasheet model built without
     the calibration's step overhead (the profile's host time replaces it), twice: with kernel
-    launches (eager steps) and without (graph replays). A measured calibration's fitted
-    models time the validation engine's own steps, launches and host work included: they
+    launches (eager steps) and with the profile's ``graph_kernel_s`` a kernel instead (graph
+    replays). A measured calibration's fitted models time the validation engine's own steps,
+    launches and host work included: they
     are used as measured (the profile still sets scheduling and the front end). The profile's
     own weight-only kernels replace the calibration's ``dequant`` entries (``with_profile_kernels``).
     """
@@ -62,10 +63,13 @@ def build_profiled_cost(model: ModelSpec, calibration: Calibration, profile: Eng
     eager = dataclasses.replace(build_cost_model(model, no_host, **kwargs), decode_kv_reads=reads)
     if profile.graph_mode is GraphMode.NONE:
         return ProfiledCost(eager, eager, profile, (), 0.0)
-    graph = dataclasses.replace(build_cost_model(model, dataclasses.replace(no_host, kernel_launch_s=0.0), **kwargs),
-                                decode_kv_reads=reads)
+    # a replayed kernel costs the GPU graph_kernel_s besides its work (no host launch); the attention
+    # kernels a piecewise graph leaves to the host pay the rest of a launch on top
+    graph_cal = dataclasses.replace(no_host, kernel_launch_s=profile.graph_kernel_s)
+    graph = dataclasses.replace(build_cost_model(model, graph_cal, **kwargs), decode_kv_reads=reads)
+    eager_rest = max(0.0, calibration.kernel_launch_s - profile.graph_kernel_s)
     return ProfiledCost(eager, graph, profile, profile.capture_sizes(max_num_seqs),
-                        attention_launch_s=model.num_layers * calibration.kernel_launch_s)
+                        attention_launch_s=model.num_layers * eager_rest)
 
 
 def decode_kv_reads(model: ModelSpec, profile: EngineProfile, tensor_parallel_size: int = 1,

@@ -10,8 +10,8 @@ previous step (async scheduling), and run a front end (tokenise, detokenise, str
 CPU cores of its own. A profile holds those choices and numbers; ``ProfiledCost`` applies
 them around a cost model built without the calibration's step overhead:
 
-    device_s = graph replay (launches hidden, batch padded) if the step's batch is captured,
-               else the eager kernel sum (a launch per kernel)
+    device_s = graph replay (launches hidden, batch padded; graph_kernel_s a kernel) if the step's
+               batch is captured, else the eager kernel sum (a launch per kernel)
     host_s   = step_host_s + seq_host_s x sequences in the step
                (+ frontend_token_s x sequences where output processing runs inline)
     step_s   = max(device_s, host_s) with async scheduling, else device_s + host_s
@@ -81,6 +81,15 @@ def v0_capture_sizes(max_num_seqs: int) -> tuple[int, ...]:
     return tuple(keep + [s for s in sizes if s >= max_num_seqs][:1])
 
 
+#: What a kernel of a CUDA-graph replay costs the GPU besides its work: the launch and teardown
+#: between one kernel's last thread block and the next one's first, when no weights stream. Hazy
+#: Research measured about 1.3 us a kernel on an H100 with CUDA graphs ("Look Ma, No Bubbles",
+#: 2025-05-27: vLLM and SGLang reach at most 50% of the bandwidth on Llama-1B at batch 1, a megakernel
+#: 78%). Charged on every kernel kvsim counts in a replayed step (its GEMMs, norms, RoPE, activation,
+#: KV write, attention and collectives), on every GPU alike.
+GRAPH_KERNEL_S = 1.3e-6
+
+
 @dataclass(frozen=True)
 class EngineProfile:
     """One engine's step model (module docstring). Times in seconds."""
@@ -104,6 +113,7 @@ class EngineProfile:
     #: between engines than between GPUs; empty: the calibration's numbers)
     weight_only_kernels: tuple[tuple[str, float], ...] = ()
     gqa_shared_kv_reads: bool = True  # decode reads a KV head once for its query heads (False: once each)
+    graph_kernel_s: float = GRAPH_KERNEL_S  # GPU time a kernel of a graph replay costs besides its work
     reserve_full_length: bool = False  # admit only while every request's prompt + max_tokens fits (no eviction)
 
     @property

@@ -8,7 +8,7 @@ import pytest
 
 from sim.calib.calibration import load_calibration
 from sim.cost.build import build_cost_model, build_profiled_cost
-from sim.cost.profile import PROFILES, GraphMode, ProfiledCost, vllm_capture_sizes, v0_capture_sizes
+from sim.cost.profile import GRAPH_KERNEL_S, PROFILES, GraphMode, ProfiledCost, vllm_capture_sizes, v0_capture_sizes
 from sim.cost.shape import BatchShape
 from sim.model.hf_config import load_model
 
@@ -44,6 +44,22 @@ def test_a_graph_replay_hides_the_launches_and_the_fixed_step_overhead() -> None
     assert v1 == pytest.approx(max(floor, p.step_host_s + p.seq_host_s))
     serial = cost("vllm-v1", async_scheduling=False).step_time_s(shape)  # vLLM 0.11 and before
     assert serial == pytest.approx(floor + p.step_host_s + p.seq_host_s)
+
+
+def test_a_replayed_kernel_costs_the_gpu_graph_kernel_s() -> None:
+    """Graphs hide the host's launches, not the GPU's gap between kernels (GRAPH_KERNEL_S): the graph
+    replay of a decode step costs graph_kernel_s for every kernel the eager step launches."""
+    shape = BatchShape.decode(8, 8 * 500)
+    assert PROFILES["vllm-v1"].graph_kernel_s == GRAPH_KERNEL_S > 0
+    free = cost("vllm-v1", graph_kernel_s=0.0).graph.step_time_s(shape)
+    paid = cost("vllm-v1").graph.step_time_s(shape)
+    no_host = dataclasses.replace(CAL, step_overhead_s=0.0)
+    launched, unlaunched = (build_cost_model(MODEL, dataclasses.replace(no_host, kernel_launch_s=x)).step_time_s(shape)
+                            for x in (CAL.kernel_launch_s, 0.0))
+    kernels = (launched - unlaunched) / CAL.kernel_launch_s
+    assert kernels >= 10 * MODEL.num_layers  # 4 GEMMs, 2 norms, RoPE, activation, KV write, attention a layer
+    assert paid - free == pytest.approx(kernels * GRAPH_KERNEL_S, rel=1e-6)
+    assert free < paid < cost("vllm-v1").eager.step_time_s(shape)
 
 
 def test_a_decode_batch_is_padded_to_the_next_captured_size() -> None:
