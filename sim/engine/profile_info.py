@@ -10,6 +10,7 @@ def engine_summary(result) -> dict:
     return {"profile": str(p.name), "graph_mode": str(p.graph_mode), "async_scheduling": p.async_scheduling,
             "prefill_first": p.prefill_first, "step_host_s": p.step_host_s, "seq_host_s": p.seq_host_s,
             "gqa_shared_kv_reads": p.gqa_shared_kv_reads, "reserve_full_length": p.reserve_full_length,
+            "graph_kernel_s": p.graph_kernel_s,
             "entrypoint": str(result.scenario.engine.entrypoint), "api_servers": result.scenario.engine.api_servers,
             "latencies_seen_by": "client" if p.has_frontend else "engine"}
 

@@ -34,6 +34,7 @@ def test_clients_see_the_tokens_after_the_front_end_streamed_them(scenario_dict,
     r = summary["requests"]
     assert r["arrived"] == 30 == r["completed"] + r["rejected"] + r["in_flight"] and r["completed"] == 30
     assert summary["profile"]["latencies_seen_by"] == "client"
+    assert summary["profile"]["graph_kernel_s"] == result.profile.graph_kernel_s > 0  # what the replays charged
     for req in result.requests:
         assert req.client_first_s >= req.first_token_s and req.client_last_s >= req.finish_s
         ttft, _, e2e = request_latencies(req)
