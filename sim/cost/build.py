@@ -50,9 +50,9 @@ def build_profiled_cost(model: ModelSpec, calibration: Calibration, profile: Eng
     the calibration's step overhead (the profile's host time replaces it), twice: with kernel
     launches (eager steps) and with the profile's ``graph_kernel_s`` a kernel instead (graph
     replays). A measured calibration's fitted models time the validation engine's own steps,
-    launches and host work included: they
-    are used as measured (the profile still sets scheduling and the front end). The profile's
-    own weight-only kernels replace the calibration's ``dequant`` entries (``with_profile_kernels``).
+    launches and host work included: they are used as measured (the profile still sets
+    scheduling and the front end). The profile's own weight-only kernels replace the
+    calibration's ``dequant`` entries (``with_profile_kernels``).
     """
     calibration = with_profile_kernels(calibration, profile)
     if profile.is_eager or "gemm" in calibration.kernels:

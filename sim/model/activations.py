@@ -104,5 +104,5 @@ def estimate_activation_peak_bytes(model: ModelSpec, *, max_num_batched_tokens: 
 
 
 __all__ = ["FORWARD_HIDDEN_VECTORS", "LEGACY_FORWARD_HIDDEN_VECTORS", "LEGACY_RUNTIME_OVERHEAD_BYTES",
-           "LEGACY_SAMPLER_BYTES_PER_LOGIT", "SAMPLER_BYTES_PER_LOGIT", "TRTLLM_DECODER_BYTES_PER_LOGIT", "VLLM_PROFILES",
-           "estimate_activation_peak_bytes"]
+           "LEGACY_SAMPLER_BYTES_PER_LOGIT", "SAMPLER_BYTES_PER_LOGIT", "TRTLLM_DECODER_BYTES_PER_LOGIT",
+           "VLLM_PROFILES", "estimate_activation_peak_bytes"]

@@ -55,8 +55,7 @@ from sim.model.parallel import (
 from sim.model.spec import KVDtype, ModelSpec, kv_bytes_per_token, max_kv_tokens_per_seq
 from sim.model.activations import (  # noqa: F401 (re-exported: the activation estimate lived here)
     FORWARD_HIDDEN_VECTORS, LEGACY_FORWARD_HIDDEN_VECTORS, LEGACY_RUNTIME_OVERHEAD_BYTES,
-    LEGACY_SAMPLER_BYTES_PER_LOGIT, SAMPLER_BYTES_PER_LOGIT, TRTLLM_DECODER_BYTES_PER_LOGIT, VLLM_PROFILES,
-    estimate_activation_peak_bytes)
+    LEGACY_SAMPLER_BYTES_PER_LOGIT, SAMPLER_BYTES_PER_LOGIT, VLLM_PROFILES, estimate_activation_peak_bytes)
 from sim.model.weights import weight_bytes
 
 GIB = 1 << 30

@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from sim.errors import ConfigError
+from sim.model.activations import TRTLLM_DECODER_BYTES_PER_LOGIT
 from sim.model.memory import (
-    DEFAULT_RUNTIME_OVERHEAD_BYTES, LEGACY_RUNTIME_OVERHEAD_BYTES, SAMPLER_BYTES_PER_LOGIT,
-    TRTLLM_DECODER_BYTES_PER_LOGIT, check_fits_one_sequence,
+    DEFAULT_RUNTIME_OVERHEAD_BYTES, LEGACY_RUNTIME_OVERHEAD_BYTES, SAMPLER_BYTES_PER_LOGIT, check_fits_one_sequence,
     estimate_activation_peak_bytes, plan_memory)
 from sim.model.spec import KVDtype
 from sim.model.hf_config import load_model
@@ -69,6 +69,8 @@ def test_other_engines_keep_the_legacy_estimate() -> None:
         plan = plan_memory(model, 1 << 30, max_model_len=2048, engine_profile=profile)
         assert plan.activation_peak_bytes == expected
         assert plan.runtime_overhead_bytes == LEGACY_RUNTIME_OVERHEAD_BYTES
+    assert plan_memory(model, 1 << 30, max_model_len=2048, engine_profile="vllm-v0") == plan_memory(
+        model, 1 << 30, max_model_len=2048)
 
 
 def test_trtllm_decoder_buffers_match_its_startup_logs() -> None:
@@ -83,8 +85,6 @@ def test_trtllm_decoder_buffers_match_its_startup_logs() -> None:
     small, large = (estimate_activation_peak_bytes(model, max_num_batched_tokens=2048, max_num_seqs=n,
                                                    engine_profile="trtllm") for n in (64, 4096))
     assert large - small == (4096 - 64) * model.vocab_size * TRTLLM_DECODER_BYTES_PER_LOGIT
-    assert plan_memory(model, 1 << 30, max_model_len=2048, engine_profile="vllm-v0") == plan_memory(
-        model, 1 << 30, max_model_len=2048)
 
 
 def test_llama_3_8b_on_80_gib_is_in_vllm_range() -> None:
