@@ -15,7 +15,20 @@ arithmetic, not its code):
   least 2048; to 512 below 8192; else 1024).
 
 The engine then runs with these limits (trtllm-bench throughput takes the engine's), so a case's
-``scheduler.max_num_seqs`` and ``max_num_batched_tokens`` come from here instead of a guess. The
+``scheduler.max_num_seqs`` and ``max_num_batched_tokens`` come from here instead of a guess.
+
+The v0.13 page's build had no heuristic yet: ``trtllm-bench build`` of that era looked the limits up in
+a table shipped with it (``tensorrt_llm/bench/build/benchmark_config.yml``, by Hugging Face model name,
+then ``tp{N}_pp{M}``, then the dataset's longest ISL + OSL or else ``general``;
+``get_benchmark_engine_settings`` in ``tensorrt_llm/bench/build/build.py`` at 0.12.0, commit 20709ce, and
+still at 0.16.0.dev2024112600, commit 3856265; the heuristic replaced it after that). ``V013_TABLE``
+restates the stored copy at commit 8fcf9fc (the v0.13.0 tag's own copy is not stored): its Llama-2,
+Llama-3, Mixtral and Mistral entries; the Llama 3.1 models, which the table of v0.13.0 must have named
+(the lookup refused a model it lacked), take their Llama 3 namesakes' entries (an assumption: the same
+architecture, and the page's Llama 3 and 3.1 rows agree within a few percent); entries absent from the
+copy (Llama-2-70B at TP 1, Mixtral at TP 8, Llama-3.1-405B) take the page's sample run's 4096 requests and
+8192 tokens. trtllm-bench throughput of that era ran with chunked context on (``ExecutorSettingsConfig.chunking``,
+default true, ``tensorrt_llm/bench/run/dataclasses.py``), so a prompt longer than max num tokens is chunked. The
 PyTorch backend's ``trtllm-bench throughput`` (the 00f3768 page, no limits given) calls the same
 heuristic in its later form (engine size in GiB, NVFP4 weights at half a byte) and, with chunked
 prefill off, raises max num tokens to the longest prompt plus the max batch size (``get_settings``
@@ -41,6 +54,8 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout
 
 #: The perf-overview pages built with ``trtllm-bench build --dataset``, TRT engine backend (case id prefixes)
 TRT_PAGES = ("trtllm013-", "trtllm017-")
+#: The page whose build looked its limits up in a table (module docstring)
+V013_PAGE = "trtllm013-"
 #: The page run with ``trtllm-bench throughput --backend pytorch`` and no limits given (commit 00f3768)
 PYTORCH_PAGES = ("trtllm10-",)
 PAGES = TRT_PAGES + PYTORCH_PAGES
@@ -62,6 +77,34 @@ SEQ_HOST_S_FIT = 5e-6
 #: the step, fitted over the 0.17 page's 311 rows (0, 5 and 10 us: 8.45, 7.32, 9.34% MAPE) with
 #: the v0.13 page's 690 rows kept as its check (benchmarks/RESULTS.md, round 9)
 TRT_BACKEND_OVERRIDES = {"async_scheduling": False, "seq_host_s": SEQ_HOST_S_FIT}
+
+
+#: The v0.13-era build's table (module docstring): kvsim model -> TP -> {ISL + OSL or "general": (max batch
+#: size, max num tokens)}, from benchmark_config.yml at commit 8fcf9fc (meta-llama/Llama-2-7b-hf,
+#: Llama-2-70b-hf, Meta-Llama-3-8B, Meta-Llama-3-70B, mistralai/Mixtral-8x7B-v0.1, Mistral-7B-v0.1)
+V013_TABLE = {
+    "llama-2-7b": {1: {"general": (4096, 8192)}},
+    "llama-2-70b": {2: {"general": (2048, 2048)}, 4: {"general": (4096, 8192), 4224: (256, 8192)},
+                    8: {"general": (8192, 16384), 2176: (1024, 16384)}},
+    "llama-3-8b": {1: {"general": (2048, 8192)}},
+    "llama-3-70b": {1: {"general": (2048, 2048)}, 2: {"general": (256, 1024), 4096: (2048, 1024)},
+                    4: {"general": (2048, 1024)}, 8: {"general": (8192, 16384)}},
+    "mixtral-8x7b": {2: {"general": (2048, 3072)}, 4: {"general": (8192, 8192)}},
+    "mistral-7b": {1: {"general": (4098, 8192)}},
+}
+#: Models the v0.13 table named that the stored copy lacks, read as their namesakes (an assumption)
+V013_SAME_AS = {"llama-3.1-8b": "llama-3-8b", "llama-3.1-70b": "llama-3-70b", "mistral-7b-v0.1-full-attention": "mistral-7b"}
+#: The page's sample run ("Max Runtime Batch Size: 4096", "Max Runtime Tokens: 8192"): where the copy has no entry
+V013_DEFAULT = (4096, 8192)
+
+
+def v013_limits(model: str, tp: int, isl: int, osl: int) -> tuple[int, int]:
+    """(max batch size, max num tokens) the v0.13-era ``trtllm-bench build`` took from its table."""
+    name = model.split("/")[-2] if model.endswith(".json") else model
+    entries = V013_TABLE.get(V013_SAME_AS.get(name, name), {}).get(tp)
+    if entries is None:
+        return V013_DEFAULT
+    return entries.get(isl + osl, entries["general"])
 
 
 def engine_limits(*, num_params: int, num_layers: int, num_kv_heads: int, head_dim: int, weight_bytes: float,
@@ -99,10 +142,11 @@ def converted(case) -> bool:
 def case_limits(case) -> tuple[int, int, int]:
     """(max_num_seqs, max_num_batched_tokens, num_requests) for one of the pages' cases.
 
-    max_num_batched_tokens is the heuristic's max num tokens raised, with chunked prefill off (all
-    three pages), to what a prompt needs: on the TRT pages the prompt (kvsim schedules a whole
-    prompt in one step), on the PyTorch page the longest prompt plus the max batch size, as
-    ``trtllm-bench throughput`` itself raises it (``get_settings``)."""
+    The v0.13 page: its build's table (``v013_limits``), chunked context on. The others:
+    max_num_batched_tokens is the heuristic's max num tokens raised, with chunked prefill off, to
+    what a prompt needs: on the 0.17 page the prompt (kvsim schedules a whole prompt in one step),
+    on the PyTorch page the longest prompt plus the max batch size, as ``trtllm-bench throughput``
+    itself raises it (``get_settings``)."""
     from sim.calib.calibration import load_calibration
     from sim.model.hf_config import load_model
 
@@ -111,6 +155,8 @@ def case_limits(case) -> tuple[int, int, int]:
     eng = sc["engine"]
     isl = sc["workload"]["prompt_tokens"]["value"]
     osl = sc["workload"]["output_tokens"]["value"]
+    if case.id.startswith(V013_PAGE):  # the table; chunked context on, the budget stays as built
+        return (*v013_limits(sc["model"], eng.get("tensor_parallel_size", 1), isl, osl), NUM_REQUESTS[(isl, osl)])
     pytorch = case.id.startswith(PYTORCH_PAGES)
     weight, kv = eng.get("weight_dtype"), eng.get("kv_dtype")
     if pytorch:  # the later form: the checkpoint's own precision, fp4 at half a byte
@@ -155,15 +201,32 @@ def _run_sentence(requests: object) -> str:
             "all arriving at once.")
 
 
-def _limits_sentence(seqs: object, tokens: object, pytorch: bool = False) -> str:
-    if pytorch:
+#: how a page's limits were set: the v0.13 build's table, the TRT build's heuristic, the PyTorch backend's
+FORMS = ("table", "heuristic", "pytorch")
+
+
+def case_form(case) -> str:
+    return "table" if case.id.startswith(V013_PAGE) else "pytorch" if case.id.startswith(PYTORCH_PAGES) else "heuristic"
+
+
+def _limits_sentence(seqs: object, tokens: object, form: str = "heuristic") -> str:
+    if form == "pytorch":
         return (f"max_num_seqs {seqs} and max_num_batched_tokens {tokens} are the max batch size and max num tokens "
                 "trtllm-bench throughput --backend pytorch picks when none are given (its tuning heuristic, restated "
                 "in benchmarks/published/trtllm_bench.py; with chunked prefill off it raises the token budget to the "
                 "longest prompt plus the max batch size).")
+    if form == "table":
+        return (f"max_num_seqs {seqs} and max_num_batched_tokens {tokens} are the engine''s max batch size and max num "
+                "tokens as trtllm-bench build of this release took them from its table, benchmark_config.yml (restated, "
+                "with what is assumed where the stored copy lacks the model, in benchmarks/published/trtllm_bench.py); "
+                "the TRT-LLM decoder''s buffers for that many sequences come out of the KV cache''s memory.")
     return (f"max_num_seqs {seqs} and max_num_batched_tokens {tokens} are the engine''s max batch size and max num "
             "tokens as trtllm-bench build --dataset sizes them (its tuning heuristic, restated in "
             "benchmarks/published/trtllm_bench.py; the token budget raised to the prompt where the prompt is longer).")
+
+
+_CHUNKED_TABLE = ("The policy is chunked-prefill: trtllm-bench throughput of this release ran with chunked context on "
+                  "(ExecutorSettingsConfig.chunking, default true), so a prompt longer than the token budget is split.")
 
 
 def _optional(sentence: str) -> str:
@@ -172,8 +235,8 @@ def _optional(sentence: str) -> str:
 
 #: the notes' sentences this rewrites, as --write leaves them
 _RUN = _words(_run_sentence("N"))
-_LIMITS = "|".join(_words(_limits_sentence("N", "N", pytorch)) + _optional(_CHUNKED) + _optional(_OVERRIDES)
-                   for pytorch in (False, True))
+_LIMITS = "|".join(_words(_limits_sentence("N", "N", form)) + _optional(_CHUNKED) + _optional(_CHUNKED_TABLE)
+                   + _optional(_OVERRIDES) for form in FORMS)
 
 
 def _set_overrides(text: str) -> str:
@@ -188,17 +251,19 @@ def _set_overrides(text: str) -> str:
 
 
 def rewrite_case(text: str, seqs: int, tokens: int, requests: int, max_model_len: int, *,
-                 pytorch: bool = False) -> str:
+                 form: str = "heuristic") -> str:
     """A case file's text with trtllm-bench's limits, the page's request count and notes saying so,
-    and (``pytorch`` false: the TRT engine backend) its profile_overrides (ValueError where the file
-    lacks a key or a sentence it rewrites)."""
+    and (a TRT engine backend page: ``form`` "table" or "heuristic") its profile_overrides (ValueError
+    where the file lacks a key or a sentence it rewrites)."""
+    pytorch = form == "pytorch"
     chunked = tokens < max_model_len
     for key, value in (("max_num_seqs", seqs), ("max_num_batched_tokens", tokens), ("num_requests", requests),
                        ("policy", "chunked-prefill" if chunked else "continuous")):
         text = _set_line(text, key, value)
     if not pytorch:
         text = _set_overrides(text)
-    limits = _limits_sentence(seqs, tokens, pytorch) + (" " + _CHUNKED if chunked else "") \
+    limits = _limits_sentence(seqs, tokens, form) \
+        + ((" " + (_CHUNKED_TABLE if form == "table" else _CHUNKED)) if chunked else "") \
         + ("" if pytorch else " " + _OVERRIDES)
     text, n1 = re.subn(_RUN, lambda m: _run_sentence(requests), text, count=1)
     text, n2 = re.subn(_LIMITS, lambda m: limits, text, count=1, flags=re.S)
@@ -225,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.write:
             mml = case.scenario["engine"]["max_model_len"]
             case.path.write_text(rewrite_case(case.path.read_text(), seqs, tokens, requests, mml,
-                                              pytorch=case.id.startswith(PYTORCH_PAGES)))
+                                              form=case_form(case)))
     return 0
 
 

@@ -52,10 +52,22 @@ def test_the_later_form_counts_the_engine_in_gib_and_fp4_at_half_a_byte():
                             engine_unit=tb.GIB) == (640, 2048)
 
 
+def test_the_v013_build_looks_its_limits_up_by_model_tp_and_sequence_length():
+    # benchmark_config.yml: Llama-2-70B at TP 4 has an entry for ISL + OSL = 4224 and a general one
+    assert tb.v013_limits("llama-2-70b", 4, 128, 4096) == (256, 8192)
+    assert tb.v013_limits("llama-2-70b", 4, 1000, 1000) == (4096, 8192)
+    assert tb.v013_limits("llama-2-70b", 8, 2048, 128) == (1024, 16384)
+    # Llama 3.1 reads as its Llama 3 namesake; a local config path by its folder
+    assert tb.v013_limits("llama-3.1-70b", 4, 128, 128) == tb.v013_limits("llama-3-70b", 4, 128, 128) == (2048, 1024)
+    assert tb.v013_limits("models/mistral-7b-v0.1-full-attention/config.json", 1, 128, 128) == (4098, 8192)
+    # no entry (Mixtral at TP 8, the 405B): the page's sample run
+    assert tb.v013_limits("mixtral-8x7b", 8, 128, 128) == tb.v013_limits("llama-3.1-405b", 8, 128, 128) == (4096, 8192)
+
+
 CASES = [c for c in suite.load_cases() if tb.converted(c)]
 
 
-def test_every_perf_overview_case_carries_the_heuristics_limits_and_the_trt_backend():
+def test_every_perf_overview_case_carries_its_builds_limits_and_the_trt_backend():
     assert len(CASES) >= 1090  # 1,001 TRT-backend rows, 90 PyTorch-backend rows
     wrong = []
     for case in CASES:
@@ -74,11 +86,15 @@ def test_rewrite_is_idempotent_and_refuses_notes_it_does_not_recognise():
     case = CASES[0]
     text = case.path.read_text()
     limits = tb.case_limits(case)
-    assert tb.rewrite_case(text, *limits, case.scenario["engine"]["max_model_len"]) == text
+    form = tb.case_form(case)
+    assert tb.rewrite_case(text, *limits, case.scenario["engine"]["max_model_len"], form=form) == text
     later = next(c for c in CASES if c.id.startswith(tb.PYTORCH_PAGES))  # no profile_overrides there
     assert tb.rewrite_case(later.path.read_text(), *tb.case_limits(later), later.scenario["engine"]["max_model_len"],
-                           pytorch=True) == later.path.read_text()
+                           form="pytorch") == later.path.read_text()
+    table = next(c for c in CASES if c.id.startswith(tb.V013_PAGE) and c.scenario["scheduler"]["policy"] == "chunked-prefill")
+    assert tb.rewrite_case(table.path.read_text(), *tb.case_limits(table), table.scenario["engine"]["max_model_len"],
+                           form="table") == table.path.read_text()
     for bad in (text.replace("max_num_seqs", "max_seqs", 1),  # a key it sets
                 text.replace("(its $num_requests table)", "(a guess)", 1)):  # a sentence it rewrites
         with pytest.raises(ValueError):
-            tb.rewrite_case(bad, *limits, case.scenario["engine"]["max_model_len"])
+            tb.rewrite_case(bad, *limits, case.scenario["engine"]["max_model_len"], form=form)
