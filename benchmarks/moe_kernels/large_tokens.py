@@ -11,7 +11,15 @@ include the NVLink dispatch and combine, which kvsim's MoE layer does not time: 
 of the compute. Rows without a calibration (B300, H20-3e, H20), of an unstated dtype, or of one GEMM are
 skipped.
 
-    python benchmarks/moe_kernels/large_tokens.py
+The prediction is the whole MoE layer as a kvsim step charges it: the expert GEMMs, the layer's fixed time
+and its non-GEMM traffic at the calibration's achieved bandwidth (``sim.model.spec``: the routing's top-k,
+permute and unpermute, ``moe_routing_bytes_per_token``, 4 x top_k x hidden activations a token; the gated
+activation between the two GEMMs, ``elementwise_bytes_per_token``, 3 x top_k x the expert width; 16-bit
+activations). ``--gemm-only`` leaves the traffic out, as this script did before 2026-12-02: at thousands of
+tokens the traffic is as large as the GEMMs, and leaving it out read as "kvsim is too fast" on every
+fine-grained row (benchmarks/RESULTS.md, round 11).
+
+    python benchmarks/moe_kernels/large_tokens.py [--gemm-only]
 """
 
 from __future__ import annotations
@@ -38,7 +46,21 @@ M_HALF = 8
 BUCKETS = ((256, 1024), (1025, 4096), (4097, 32768))
 
 
-def predict(row: dict) -> tuple[float, float] | None:
+#: bytes of a 16-bit activation element
+ACT_BYTES = 2.0
+
+
+def layer_traffic_bytes(tokens: int, rows: int, experts: int, top_k: int, hidden: int, inter: int,
+                        routed_here: bool) -> float:
+    """The MoE layer's non-GEMM bytes as kvsim's step charges them (module docstring): per routed row
+    (token x top_k) the permute and unpermute (4 x hidden) and the gated activation (3 x inter); per token
+    the top-k over the router logits and its ids and weights, where the tokens are routed on this GPU."""
+    per_row = (4 * hidden + 3 * inter) * ACT_BYTES
+    per_token = experts * ACT_BYTES + 8 * top_k if routed_here else 0.0
+    return rows * per_row + tokens * per_token
+
+
+def predict(row: dict, gemm_only: bool = False) -> tuple[float, float] | None:
     """(predicted, measured) seconds of one whole-MoE row, or None when kvsim cannot predict it."""
     cal = next((load_calibration(name) for prefix, name in GPUS.items() if row["gpu"].startswith(prefix)), None)
     dtype = next((key for prefix, key in DTYPES if row["dtype"].lower().startswith(prefix)), None)
@@ -54,16 +76,20 @@ def predict(row: dict) -> tuple[float, float] | None:
     rows = tokens * top_k if ep else tokens * top_k * local / experts
     t = fit.op_s(touched, rows, 2 * inter, hidden, nbytes, bw, flops, M_HALF)
     t += fit.op_s(touched, rows, hidden, inter, nbytes, bw, flops, M_HALF)
+    if not gemm_only:  # every routed row's traffic: tokens x top_k rows (EP: the rows this rank receives)
+        t += layer_traffic_bytes(tokens, tokens * top_k, experts, top_k, hidden, inter, not ep) \
+            / (cal.hbm_bandwidth_bytes_per_s * cal.bandwidth_efficiency)
     return t + MOE_LAYER_FIXED_S, float(row["time_us"]) * 1e-6
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    gemm_only = "--gemm-only" in (sys.argv[1:] if argv is None else argv)
     rows = list(csv.DictReader(open(HERE / "large_tokens.csv", newline="")))
     by_source: dict[str, list[tuple[int, float]]] = {}
     print(f"{'source':<22} {'GPU':<6} {'backend':<24} {'dtype':<6} {'E':>4} {'H':>5} {'N':>5} {'par':<3} "
           f"{'tokens':>6} {'meas us':>8} {'kvsim us':>8} {'error':>6}")
     for r in rows:
-        pm = predict(r)
+        pm = predict(r, gemm_only)
         if pm is None or int(r["num_tokens"]) < 256:
             continue
         err = pm[0] / pm[1] - 1
