@@ -102,14 +102,8 @@ def baseline_fit(m, n, k, t) -> dict:
     best = None
     names = ["bw", "F", "t0", "sharp", "wave_tail", "k_half"]
     for tm, tn in ((64, 64), (64, 128), (128, 64), (128, 128), (64, 256), (128, 256), (256, 128)):
-        def f(p, m=m, n=n, k=k, tm=tm, tn=tn):
-            tiles = np.ceil(m / tm) * np.ceil(n / tn)
-            full = tiles / SMS
-            work = 2 * m * n * k * (full + p["wave_tail"] * (np.ceil(full) - full)) * SMS * tm * tn / (m * n) \
-                * (1 + p["k_half"] / k)
-            mem, comp = 2 * (m * k + k * n + m * n) / p["bw"], work / p["F"]
-            hi_, lo_ = np.maximum(mem, comp), np.minimum(mem, comp)
-            return p["t0"] + hi_ * (1 + (lo_ / hi_) ** p["sharp"]) ** (1 / p["sharp"])
+        def f(p, tile=(tm, tn)):
+            return baseline_predict({**p, "tile": tile}, m, n, k)
         x0 = np.log([PARAMS[x][0] for x in names])
         lo = np.log([PARAMS[x][1] for x in names])
         hi = np.log([PARAMS[x][2] for x in names])
