@@ -76,8 +76,8 @@ def predict(row: dict, gemm_only: bool = False) -> tuple[float, float] | None:
     rows = tokens * top_k if ep else tokens * top_k * local / experts
     t = fit.op_s(touched, rows, 2 * inter, hidden, nbytes, bw, flops, M_HALF)
     t += fit.op_s(touched, rows, hidden, inter, nbytes, bw, flops, M_HALF)
-    if not gemm_only:  # every routed row's traffic: tokens x top_k rows (EP: the rows this rank receives)
-        t += layer_traffic_bytes(tokens, tokens * top_k, experts, top_k, hidden, inter, not ep) \
+    if not gemm_only:  # the routed rows' traffic (EP: the rows this rank receives)
+        t += layer_traffic_bytes(tokens, rows, experts, top_k, hidden, inter, not ep) \
             / (cal.hbm_bandwidth_bytes_per_s * cal.bandwidth_efficiency)
     return t + MOE_LAYER_FIXED_S, float(row["time_us"]) * 1e-6
 
