@@ -116,6 +116,17 @@ def test_pair_links_and_meshes_depend_on_the_gpu_count() -> None:
     assert mi.link == "xgmi" and "Infinity Fabric" in load_calibration("mi300x").provenance["interconnect"]
 
 
+def test_an_eight_gpu_l40s_ring_is_slower_per_byte_than_four() -> None:
+    """On one 8x L40S PCIe server NCCL measures about 14.4 GB/s all-reduce busbw at 8 GPUs and about
+    21.7 at 4 (the calibration's provenance cites it): a TP-8 ring pays its own, lower bandwidth."""
+    cal = load_calibration("l40s")
+    ic, size = cal.interconnect, 64 << 20
+    busbw = {n: 2 * (n - 1) / n * size / (ic.allreduce_s(size, n) - ic.allreduce_latency_s) for n in (2, 4, 8)}
+    assert busbw[2] == pytest.approx(busbw[4]) == pytest.approx(ic.allreduce_bus_bandwidth_bytes_per_s)
+    assert 1.3e10 <= busbw[8] <= 1.6e10 < busbw[4]
+    assert "sm_budget_results.md" in cal.provenance["interconnect"]
+
+
 def test_the_cpu_calibration_has_no_interconnect() -> None:
     assert "cpu-epyc-2core" in available_calibrations()
     assert load_calibration("cpu-epyc-2core").interconnect is None
