@@ -32,8 +32,9 @@ from datetime import timedelta
 from pathlib import Path
 
 KiB, MiB = 1 << 10, 1 << 20
-#: message sizes, from latency-bound (a decode step's all-reduce is a few KiB) to bandwidth-bound
-CUDA_SIZES = {False: (4 * KiB, 32 * KiB, 256 * KiB, 2 * MiB, 16 * MiB, 64 * MiB, 256 * MiB),
+#: message sizes, from latency-bound (a decode step's all-reduce is a few KiB) to bandwidth-bound, doubling
+#: over 256 KiB-64 MiB where NCCL changes protocol (each count's all-reduce curve: sim/calib/allreduce_curve.py)
+CUDA_SIZES = {False: (4 * KiB, 32 * KiB, *(256 * KiB << i for i in range(9)), 256 * MiB),
               True: (4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB, 128 * MiB)}
 MAX_GPUS = 8
 

@@ -13,7 +13,10 @@ reported. ``to_interconnect`` writes the calibration's ``interconnect:`` section
 (sim/calib/interconnect.py): the largest GPU count's all-reduce (the node's full
 tensor-parallel width) as the top-level numbers, which a GPU count without its own serves,
 and every measured count's all-reduce and all-gather fits under ``by_num_gpus``;
-``provenance_text`` keeps every fit with its error in the calibration's provenance.
+``provenance_text`` keeps every fit with its error in the calibration's provenance. Each
+count's all-reduce times themselves go in as its ``allreduce_curve`` (the median time at each
+size: sim/calib/allreduce_curve.py), which a tensor-parallel run's NCCL all-reduces take
+between the sizes timed, where one latency and one bandwidth miss NCCL's mid-size times.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import nnls
 
+from sim.calib.allreduce_curve import AllReduceCurve
 from sim.calib.interconnect import CountNumbers, Interconnect
 from sim.errors import ConfigError
 
@@ -110,9 +114,21 @@ def describe(f: LinkFit) -> str:
             f"(MAPE {f.mape:.1%} over {f.min_bytes:,}-{f.max_bytes:,} B)")
 
 
-def to_interconnect(fits: dict[tuple[str, int], LinkFit], *, link: str, source: str) -> Interconnect:
+def allreduce_curves(records: list[dict]) -> dict[int, AllReduceCurve]:
+    """Each GPU count's all-reduce curve: the median time at each size timed (two sizes or more)."""
+    times: dict[int, dict[int, list[float]]] = {}
+    for rec in records:
+        if rec["kernel"] == "allreduce":
+            times.setdefault(int(rec["num_gpus"]), {}).setdefault(int(rec["num_bytes"]), []).append(float(rec["time_s"]))
+    return {n: AllReduceCurve(tuple(float(s) for s in sorted(by)), tuple(float(np.median(by[s])) for s in sorted(by)))
+            for n, by in times.items() if len(by) >= 2}
+
+
+def to_interconnect(fits: dict[tuple[str, int], LinkFit], *, link: str, source: str,
+                    records: list[dict] | None = None) -> Interconnect:
     """The calibration section: the largest GPU count's all-reduce at the top level, every
-    count's all-reduce and all-gather under ``by_num_gpus``, send/recv as the p2p numbers."""
+    count's all-reduce and all-gather under ``by_num_gpus`` (with its measured all-reduce curve
+    when ``records`` are given), send/recv as the p2p numbers."""
     counts = sorted(n for kernel, n in fits if kernel == "allreduce")
     if not counts:
         raise ConfigError("<measurements>", "allreduce", "no all-reduce was measured")
@@ -121,11 +137,15 @@ def to_interconnect(fits: dict[tuple[str, int], LinkFit], *, link: str, source: 
     return Interconnect(allreduce_bus_bandwidth_bytes_per_s=ar.bandwidth_bytes_per_s,
                         allreduce_latency_s=ar.latency_s, link=link, source=source,
                         p2p_bandwidth_bytes_per_s=p2p.bandwidth_bytes_per_s if p2p else None,
-                        p2p_latency_s=p2p.latency_s if p2p else None, by_num_gpus=by_num_gpus(fits))
+                        p2p_latency_s=p2p.latency_s if p2p else None,
+                        by_num_gpus=by_num_gpus(fits, allreduce_curves(records or [])))
 
 
-def by_num_gpus(fits: dict[tuple[str, int], LinkFit]) -> tuple[tuple[int, CountNumbers], ...]:
-    """Each measured GPU count's all-reduce and all-gather (a count missing one leaves it to the top level)."""
+def by_num_gpus(fits: dict[tuple[str, int], LinkFit],
+                curves: dict[int, AllReduceCurve] | None = None) -> tuple[tuple[int, CountNumbers], ...]:
+    """Each measured GPU count's all-reduce and all-gather (a count missing one leaves it to the top
+    level), and its all-reduce curve from ``curves``."""
+    curves = curves or {}
     out = []
     for n in sorted({n for kernel, n in fits if kernel in ("allreduce", "allgather")}):
         ar, ag = fits.get(("allreduce", n)), fits.get(("allgather", n))
@@ -133,7 +153,7 @@ def by_num_gpus(fits: dict[tuple[str, int], LinkFit]) -> tuple[tuple[int, CountN
             allreduce_bus_bandwidth_bytes_per_s=ar.bandwidth_bytes_per_s if ar else None,
             allreduce_latency_s=ar.latency_s if ar else None,
             allgather_bus_bandwidth_bytes_per_s=ag.bandwidth_bytes_per_s if ag else None,
-            allgather_latency_s=ag.latency_s if ag else None)))
+            allgather_latency_s=ag.latency_s if ag else None, allreduce_curve=curves.get(n))))
     return tuple(out)
 
 
@@ -154,8 +174,8 @@ def provenance_text(fits: dict[tuple[str, int], LinkFit], *, setup: str) -> str:
             f"{min(sizes):,}-{max(sizes):,} B messages, busbw as nccl-tests defines it (NVIDIA/nccl-tests "
             "doc/PERFORMANCE.md: all-reduce algbw x 2(n-1)/n, all-gather algbw x (n-1)/n). "
             + ". ".join(parts) + ". The interconnect section holds every count's all-reduce and all-gather "
-            "under by_num_gpus, the largest count's all-reduce at its top level (for counts not measured) "
-            "and send/recv as p2p")
+            "under by_num_gpus (with its all-reduce times as allreduce_curve), the largest count's all-reduce "
+            "at its top level (for counts not measured) and send/recv as p2p")
 
 
 def read_records(path: str | Path) -> tuple[list[dict], dict | None]:

@@ -124,7 +124,7 @@ def _fitted(records: list[dict], *, setup: str, link: str, how: str, jsonl_path:
     fits = fit_links(records, file=str(jsonl_path))
     for f in fits.values():
         log("  " + describe(f))
-    section = to_interconnect(fits, link=link,
+    section = to_interconnect(fits, link=link, records=records,
                               source=f"measured: {setup} (each GPU count: by_num_gpus; fits: provenance.interconnect)")
     return section, provenance_text(fits, setup=f"{setup}; link {link} ({how}); raw timings {jsonl_path.name}")
 

@@ -12,7 +12,8 @@ An optional calibration section (schema 1 and 2; sim/calib/calibration.py reads 
       by_num_gpus:                                   # optional: numbers measured at one GPU count
         2: {allreduce_bus_bandwidth_bytes_per_s: 3.5e+11, allreduce_latency_s: 6.0e-06,
             allgather_bus_bandwidth_bytes_per_s: 3.3e+11, allgather_latency_s: 5.0e-06}
-        8: {allreduce_latency_s: 1.2e-05}            # each key optional
+        8: {allreduce_latency_s: 1.2e-05,            # each key optional
+            allreduce_curve: [[262144, 4.5e-05], [16777216, 2.45e-04]]}  # NCCL's measured times
 
 Bus bandwidth is nccl-tests' ``busbw`` (NVIDIA/nccl-tests doc/PERFORMANCE.md): for an
 all-reduce of S bytes over n GPUs, busbw = S / time x 2 (n - 1) / n, which makes it
@@ -32,6 +33,16 @@ entry per GPU count it timed). A collective over n GPUs takes each number from
 numbers for the all-reduce, and (as without the section) for the all-gather too. There is no
 interpolation between counts: a count without an entry uses the top level.
 
+An entry's ``allreduce_curve`` holds NCCL's all-reduce time measured at a few message sizes
+(sim/calib/allreduce_curve.py). NCCL's mid-size messages take far longer than the latency +
+bandwidth form says, while an engine's own one-shot kernel for small messages takes about what
+it says; so which form times an all-reduce is the engine's choice (``engine_allreduce``, set
+from the run's engine profile, EngineProfile.custom_allreduce): messages below the engine's
+bound for the GPU count take the form above, larger ones the curve. On a PCIe link every
+all-reduce runs NCCL (the engines' custom kernels need NVLink peer access: TensorRT-LLM's AUTO
+falls back to NCCL without it). Without a curve for the count, or without an engine choice
+(the ``eager`` profile), the form above times every size.
+
 The p2p numbers time pipeline parallelism's activation transfers between stages: a send of
 S bytes from one GPU to the next takes ``p2p_latency_s + S / p2p_bandwidth_bytes_per_s``
 (``p2p_s``); a run with ``engine.pipeline_parallel_size`` > 1 on a calibration without them is
@@ -46,6 +57,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from sim.calib.allreduce_curve import AllReduceCurve, curve_from_list, curve_to_list
 from sim.errors import ConfigError
 
 LINKS = ("nvlink2", "nvlink3", "nvlink4", "nvlink5", "pcie3", "pcie4", "pcie5", "xgmi")
@@ -67,6 +79,7 @@ _COUNT_KEYS: dict[str, tuple[float, float]] = {
 }
 _NUM_GPUS = (2, 1024)  # the GPU counts a by_num_gpus entry may name
 _ALLOWED = (*_KEYS, "link", "source", "by_num_gpus")
+_CURVE = "allreduce_curve"  # a by_num_gpus entry's measured NCCL times (sim/calib/allreduce_curve.py)
 _FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 
@@ -78,6 +91,7 @@ class CountNumbers:
     allreduce_latency_s: float | None = None
     allgather_bus_bandwidth_bytes_per_s: float | None = None
     allgather_latency_s: float | None = None
+    allreduce_curve: AllReduceCurve | None = None  # NCCL's measured all-reduce times (no top-level one)
 
 
 @dataclass(frozen=True)
@@ -92,6 +106,10 @@ class Interconnect:
     source: str | None = None
     #: ((GPU count, its numbers), ...) in increasing count: ``by_num_gpus`` (module docstring)
     by_num_gpus: tuple[tuple[int, CountNumbers], ...] = ()
+    #: the engine's all-reduce choice (module docstring; None: the latency + bandwidth form for every
+    #: size): ((largest GPU count, bytes), ...) in increasing count; an all-reduce over n GPUs runs the
+    #: engine's own kernel below the bytes of the first entry whose count is >= n, NCCL from there on
+    engine_allreduce: tuple[tuple[int, float], ...] | None = None
 
     def numbers(self, num_gpus: int) -> CountNumbers:
         """The four collective numbers used at ``num_gpus`` GPUs: the exact count's entry, else the top level's."""
@@ -99,7 +117,19 @@ class Interconnect:
         bw, lat = self.allreduce_bus_bandwidth_bytes_per_s, self.allreduce_latency_s
         pick = lambda v, top: top if v is None else v  # noqa: E731
         return CountNumbers(pick(own.allreduce_bus_bandwidth_bytes_per_s, bw), pick(own.allreduce_latency_s, lat),
-                            pick(own.allgather_bus_bandwidth_bytes_per_s, bw), pick(own.allgather_latency_s, lat))
+                            pick(own.allgather_bus_bandwidth_bytes_per_s, bw), pick(own.allgather_latency_s, lat),
+                            own.allreduce_curve)
+
+    def nccl_curve(self, num_gpus: int) -> tuple[AllReduceCurve, float] | None:
+        """(NCCL's measured curve, the smallest message it times) for an all-reduce over ``num_gpus``
+        GPUs under the engine's choice (module docstring); None where the latency + bandwidth form
+        times every size (no curve for the count, or no engine choice)."""
+        curve = self.numbers(num_gpus).allreduce_curve
+        if curve is None or self.engine_allreduce is None:
+            return None
+        if self.link.startswith("pcie"):
+            return curve, 0.0
+        return curve, next((b for count, b in self.engine_allreduce if num_gpus <= count), 0.0)
 
     def allreduce_latency(self, num_gpus: int) -> float:
         """A small all-reduce's time over ``num_gpus`` GPUs."""
@@ -121,6 +151,9 @@ class Interconnect:
         """One ring all-reduce of ``num_bytes`` over ``num_gpus`` GPUs (0 for one GPU)."""
         if num_gpus <= 1:
             return 0.0
+        nccl = self.nccl_curve(num_gpus)
+        if nccl is not None and num_bytes >= nccl[1]:
+            return nccl[0].seconds(num_bytes, self.allreduce_s_per_byte(num_gpus))
         return self.allreduce_latency(num_gpus) + num_bytes * self.allreduce_s_per_byte(num_gpus)
 
     def p2p_s(self, num_bytes: float) -> float:
@@ -196,10 +229,13 @@ def _counts_from_dict(data: Any, file: str) -> tuple[tuple[int, CountNumbers], .
         if not isinstance(entry, dict):
             raise ConfigError(file, f"{where}.{key}", f"expected a mapping with keys from: {', '.join(_COUNT_KEYS)}")
         for name in entry:
-            if name not in _COUNT_KEYS:
-                raise ConfigError(file, f"{where}.{key}.{name}", f"unknown key; allowed: {', '.join(_COUNT_KEYS)}")
+            if name not in _COUNT_KEYS and name != _CURVE:
+                allowed = ", ".join((*_COUNT_KEYS, _CURVE))
+                raise ConfigError(file, f"{where}.{key}.{name}", f"unknown key; allowed: {allowed}")
+        curve = (curve_from_list(entry[_CURVE], file=file, key=f"{where}.{key}.{_CURVE}") if _CURVE in entry
+                 else None)
         out[n] = CountNumbers(**{name: _number(entry[name], file, f"{where}.{key}.{name}", lo, hi)
-                                 for name, (lo, hi) in _COUNT_KEYS.items() if name in entry})
+                                 for name, (lo, hi) in _COUNT_KEYS.items() if name in entry}, allreduce_curve=curve)
     return tuple(sorted(out.items()))
 
 
@@ -213,7 +249,9 @@ def interconnect_to_dict(ic: Interconnect | None) -> dict:
         out["source"] = ic.source
     if ic.by_num_gpus:
         out["by_num_gpus"] = {n: {key: float(f"{getattr(c, key):.6g}") for key in _COUNT_KEYS
-                                  if getattr(c, key) is not None} for n, c in ic.by_num_gpus}
+                                  if getattr(c, key) is not None}
+                              | ({_CURVE: curve_to_list(c.allreduce_curve)} if c.allreduce_curve else {})
+                              for n, c in ic.by_num_gpus}
     return {"interconnect": out}
 
 

@@ -31,6 +31,7 @@ class ProfileOverrides(BaseModel):
     gqa_shared_kv_reads: bool | None = None
     graph_kernel_s: nonneg_float("engine.profile_overrides.graph_kernel_s") | None = None
     reserve_full_length: bool | None = None
+    custom_allreduce: bool | None = None  # false: every all-reduce runs NCCL (sim/cost/collectives.py)
 
     def as_dict(self) -> dict:
         return {k: v for k, v in self.model_dump().items() if v is not None}

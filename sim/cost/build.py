@@ -52,9 +52,10 @@ def build_profiled_cost(model: ModelSpec, calibration: Calibration, profile: Eng
     replays). A measured calibration's fitted models time the validation engine's own steps,
     launches and host work included: they are used as measured (the profile still sets
     scheduling and the front end). The profile's own weight-only kernels replace the
-    calibration's ``dequant`` entries (``with_profile_kernels``).
+    calibration's ``dequant`` entries (``with_profile_kernels``), and its all-reduce choice picks
+    which messages take a measured NCCL curve (``with_profile_allreduce``).
     """
-    calibration = with_profile_kernels(calibration, profile)
+    calibration = with_profile_allreduce(with_profile_kernels(calibration, profile), profile)
     if profile.is_eager or "gemm" in calibration.kernels:
         return build_cost_model(model, calibration, **kwargs)
     no_host = dataclasses.replace(calibration, step_overhead_s=0.0)
@@ -92,3 +93,14 @@ def with_profile_kernels(calibration: Calibration, profile: EngineProfile) -> Ca
         return calibration
     dequant = {**(p.dequant or {}), **dict(profile.weight_only_kernels)}
     return dataclasses.replace(calibration, precision=dataclasses.replace(p, dequant=dequant))
+
+
+def with_profile_allreduce(calibration: Calibration, profile: EngineProfile) -> Calibration:
+    """``calibration`` whose interconnect knows which all-reduces the engine runs on its own kernel
+    and which on NCCL (EngineProfile.custom_allreduce_bytes, sim/calib/interconnect.py); unchanged
+    where it has no interconnect or the profile no choice (``eager``)."""
+    ic = calibration.interconnect
+    if ic is None or profile.custom_allreduce_bytes is None:
+        return calibration
+    ic = dataclasses.replace(ic, engine_allreduce=profile.custom_allreduce_bytes)
+    return dataclasses.replace(calibration, interconnect=ic)

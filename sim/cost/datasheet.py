@@ -73,6 +73,9 @@ heads, its slice of the vocabulary), and the step adds the collectives of the ca
         projection and after the MLP's down projection, and the vocab-parallel embedding's)
       + one all-gather of the logits (num_seqs x vocab x activation bytes)
 
+(sim/cost/collectives.py; where the calibration measured NCCL's all-reduce times and the engine
+sends a message that size to NCCL, the all-reduces take the measured curve's times instead).
+
 Measured calibrations (schema 2, with a fitted ``gemm``) use the fitted kernel models
 instead: sim/cost/fitted.py.
 """
@@ -83,9 +86,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from sim.calib.calibration import Calibration
-from sim.calib.interconnect import require_interconnect
 from sim.calib.kernel_models import RIDGE_SHARPNESS
 from sim.calib.precision import embedding_precision, gemm_precision
+from sim.cost.collectives import Collectives, build_collectives, collectives_s
 from sim.cost.shape import BatchShape
 from sim.model.parallel import shard_model
 from sim.model.spec import (
@@ -134,7 +137,7 @@ class DatasheetCost:
     compute_dtype: str = "bf16"  # the GEMMs' math mode (sim/calib/precision.py gemm_precision)
     #: tensor parallelism's collectives (None: one GPU): (all-reduces per step, fixed seconds
     #: and seconds per token of each, the logits all-gather's fixed seconds and seconds per row)
-    collectives: tuple[int, float, float, float, float] | None = None
+    collectives: Collectives | None = None
     #: the GEMMs' smooth maximum of weight reads and math (module docstring); inf: the hard max
     ridge_sharpness: float = float("inf")
     #: times decode attention reads each KV head: 1, or its query heads where the engine's kernel
@@ -240,30 +243,6 @@ def smax(a: float, b: float, p: float) -> float:
     if lo <= 0.0 or p == float("inf"):
         return hi
     return hi * (1.0 + (lo / hi) ** p) ** (1.0 / p)
-
-
-def collectives_s(collectives: tuple[int, float, float, float, float], m: int, num_seqs: int) -> float:
-    """Seconds of a step's tensor-parallel collectives (``build_collectives``) for m tokens."""
-    count, fixed_s, per_token_s, gather_fixed_s, gather_per_seq_s = collectives
-    t = count * (fixed_s + m * per_token_s)
-    return t + gather_fixed_s + num_seqs * gather_per_seq_s if num_seqs > 0 else t
-
-
-def build_collectives(model: ModelSpec, calibration: Calibration, tp: int, act_bytes: float,
-                      launch_s: float, attention_dp: bool = False) -> tuple[int, float, float, float, float] | None:
-    """The collectives of one step of ``model`` (the whole model, not a shard) over ``tp`` GPUs,
-    as ``collectives_s`` reads them (module docstring); None for one GPU. ConfigError naming the
-    calibration's ``interconnect`` when it has none. ``attention_dp``: an all-gather of the tokens
-    before each MLP and a reduce-scatter after it, together one all-reduce's bytes, replace the
-    two all-reduces of a layer."""
-    ic = require_interconnect(calibration, tp)
-    if ic is None:
-        return None
-    per_token = model.hidden_size * act_bytes * ic.allreduce_s_per_byte(tp) * (0.5 if attention_dp else 1.0)
-    per_seq = model.vocab_size * act_bytes * ic.allgather_s_per_byte(tp)
-    # the tp-GPU latencies (interconnect.by_num_gpus, else the top level): #15 loose ends
-    fixed, gather_fixed = ic.allreduce_latency(tp) + launch_s, ic.allgather_latency(tp) + launch_s
-    return (2 * model.num_layers + 1, fixed, per_token, gather_fixed, per_seq)
 
 
 def build_datasheet_cost(model: ModelSpec, calibration: Calibration, kv_dtype: KVDtype | str = KVDtype.BF16,

@@ -38,7 +38,7 @@ without them the fitted form is used as it is (the legacy charge, the dtype name
 weights' element size).
 
 Tensor parallelism (sim/model/parallel.py): the kernels are those of one GPU's share of the
-model (the sharded GEMM shapes, its heads), and the collectives of sim/cost/datasheet.py
+model (the sharded GEMM shapes, its heads), and the collectives of sim/cost/collectives.py
 (the calibration's ``interconnect``) are added after the composition, which was fitted on
 one GPU's steps and so does not scale them.
 """
@@ -53,7 +53,7 @@ from sim.calib.calibration import Calibration
 from sim.calib.composition import Composition
 from sim.calib.kernel_models import KernelFit, analytic_s, roofline_s
 from sim.calib.precision import embedding_precision, gemm_precision
-from sim.cost.datasheet import build_collectives, collectives_s
+from sim.cost.collectives import Collectives, build_collectives, collectives_s
 from sim.cost.shape import BatchShape
 from sim.model.dtypes import dtype_name
 from sim.model.parallel import shard_model
@@ -93,7 +93,7 @@ class FittedCost:
     gemm_measured: frozenset = frozenset()  # (n, k, dtype) rows of the fitted gemm's grid
     moe_routing_bytes_per_token: float = 0.0
     moe_routing_launches: int = 0  # per step: MoE layers x routing kernels
-    collectives: tuple[int, float, float, float, float] | None = None  # tensor parallelism (datasheet.py)
+    collectives: Collectives | None = None  # tensor parallelism (datasheet.py)
     head_gemm: tuple | None = None  # (dtype, params, measured) of the lm_head when its dtype differs
 
     def without_composition(self) -> FittedCost:

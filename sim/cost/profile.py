@@ -33,6 +33,7 @@ import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 
+from sim.cost.collectives import TRTLLM_CUSTOM_ALLREDUCE, VLLM_CUSTOM_ALLREDUCE
 from sim.cost.shape import BatchShape
 
 
@@ -115,6 +116,8 @@ class EngineProfile:
     gqa_shared_kv_reads: bool = True  # decode reads a KV head once for its query heads (False: once each)
     graph_kernel_s: float = GRAPH_KERNEL_S  # GPU time a kernel of a graph replay costs besides its work
     reserve_full_length: bool = False  # admit only while every request's prompt + max_tokens fits (no eviction)
+    #: its own all-reduce kernel's bounds, NCCL above (sim/cost/collectives.py); None: the linear form for all
+    custom_allreduce_bytes: tuple[tuple[int, float], ...] | None = None
 
     @property
     def is_eager(self) -> bool:
@@ -151,6 +154,8 @@ class EngineProfile:
         if not overrides:
             return self
         values = dict(overrides)
+        if values.pop("custom_allreduce", True) is False:  # NCCL for every all-reduce
+            values["custom_allreduce_bytes"] = ()
         for key, enum in (("graph_mode", GraphMode), ("output_processing", OutputProcessing)):
             if key in values:
                 values[key] = enum(values[key])
@@ -198,33 +203,37 @@ PROFILES: dict[str, EngineProfile] = {
     ProfileName.VLLM_V1: EngineProfile(
         ProfileName.VLLM_V1, graph_mode=GraphMode.FULL_AND_PIECEWISE, step_host_s=_V1_STEP_HOST_S,
         seq_host_s=_PY_SEQ_HOST_S, async_scheduling=True, chunked_prefill=True, prefix_caching=True,
-        frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S),
+        frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
+        custom_allreduce_bytes=VLLM_CUSTOM_ALLREDUCE),
     # vLLM 0.5-0.6 (V0 engine): prefill-first scheduling, graphs for decode batches up to 256,
     # output processing in the engine loop.
     ProfileName.VLLM_V0: EngineProfile(
         ProfileName.VLLM_V0, graph_mode=GraphMode.DECODE, step_host_s=_PY_STEP_HOST_S,
         seq_host_s=_PY_SEQ_HOST_S, prefill_first=True, output_processing=OutputProcessing.INLINE,
-        frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S),
+        frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
+        custom_allreduce_bytes=VLLM_CUSTOM_ALLREDUCE),
     # SGLang: decode graphs (cuda_graph_max_bs; its default depends on the GPU, 160 taken),
     # the overlap scheduler (host work hidden behind the previous step), chunked prefill,
     # radix (prefix) cache, tokenizer and detokenizer in processes of their own.
     ProfileName.SGLANG: EngineProfile(
         ProfileName.SGLANG, graph_mode=GraphMode.DECODE, max_graph_size=160, step_host_s=_PY_STEP_HOST_S,
         seq_host_s=_PY_SEQ_HOST_S, async_scheduling=True, chunked_prefill=True, prefix_caching=True,
-        frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S),
+        frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
+        custom_allreduce_bytes=VLLM_CUSTOM_ALLREDUCE),
     # TensorRT-LLM: in-flight batching in a C++ executor (small host time per step), decode graphs,
     # overlapped scheduling, KV block reuse on, chunked context off, GUARANTEED_NO_EVICT admission.
     ProfileName.TRTLLM: EngineProfile(
         ProfileName.TRTLLM, graph_mode=GraphMode.DECODE, step_host_s=_CPP_STEP_HOST_S,
         async_scheduling=True, prefix_caching=True, reserve_full_length=True,
-        frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S),
+        frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
+        custom_allreduce_bytes=TRTLLM_CUSTOM_ALLREDUCE),
     # A compiled single-stream decoder: every decode step one CUDA-graph replay from a loop
     # with next to no host work, no scheduler, no front end (gpt-fast's torch.compile
     # "reduce-overhead" mode; llama.cpp's CUDA backend, with graph_mode none before its
-    # CUDA graphs of May 2024).
+    # CUDA graphs of May 2024); gpt-fast all-reduces through torch.distributed: NCCL.
     ProfileName.COMPILED: EngineProfile(
         ProfileName.COMPILED, graph_mode=GraphMode.DECODE, step_host_s=_CPP_STEP_HOST_S,
-        weight_only_kernels=(("int4", _TINYGEMM_INT4),)),
+        weight_only_kernels=(("int4", _TINYGEMM_INT4),), custom_allreduce_bytes=()),
 }
 
 #: The profile a scenario without ``engine.profile`` models: the current vLLM release.
@@ -233,7 +242,8 @@ DEFAULT_PROFILE = ProfileName.VLLM_V1
 #: Keys a scenario's ``engine.profile_overrides`` may set.
 OVERRIDABLE = tuple(f.name for f in dataclasses.fields(EngineProfile)
                     if f.name not in ("name", "uses_calibration_overhead", "chunked_prefill",
-                                      "prefix_caching", "weight_only_kernels"))
+                                      "prefix_caching", "weight_only_kernels", "custom_allreduce_bytes")
+                    ) + ("custom_allreduce",)
 
 
 class ProfiledCost:

@@ -16,7 +16,7 @@ def engine_profile(engine, calibration) -> EngineProfile:
     return profile.with_overrides(engine.profile_overrides.as_dict())
 
 
-_BOOL_KEYS = ("async_scheduling", "prefill_first", "gqa_shared_kv_reads", "reserve_full_length")
+_BOOL_KEYS = ("async_scheduling", "prefill_first", "gqa_shared_kv_reads", "reserve_full_length", "custom_allreduce")
 _ENUM_KEYS = {"graph_mode": GraphMode, "output_processing": OutputProcessing}
 
 

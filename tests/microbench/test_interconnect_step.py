@@ -5,7 +5,9 @@ measurement keeps the datasheet, and ``calibrate`` / ``microbench fit`` put the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,6 +16,7 @@ import yaml
 
 import microbench.interconnect as ic_mod
 import microbench.interconnect_step as step_mod
+from microbench.interconnect import cuda_plan
 from microbench.interconnect_fit import bus_factor
 from microbench.interconnect_step import detect_link, interconnect_step, refit_beside, with_interconnect
 from sim.calib.calibration import calibration_from_dict, calibration_to_dict, load_calibration
@@ -151,6 +154,38 @@ def test_each_gpu_counts_numbers_go_into_the_calibration_yaml(tmp_path, monkeypa
         assert back.allgather_s(size, n) == pytest.approx(0.8 * lat + size * bus_factor("allgather", n) / bw,
                                                           rel=1e-3)
     assert back.allreduce_latency_s == pytest.approx(2.3e-5, rel=1e-3)  # the top level: the 8-GPU all-reduce
+
+
+def test_each_counts_measured_all_reduce_times_go_in_as_its_curve(tmp_path, monkeypatch) -> None:
+    """NCCL's mid-size all-reduces run slower than latency + bytes / bandwidth: calibrate keeps each
+    count's median time at every size as its allreduce_curve, so an engine's NCCL all-reduce of a
+    size timed takes what was measured, where the fitted line misses it."""
+    def hump(n: int, s: int) -> float:  # a mid-size rise over the line, largest near 4 MiB
+        line = 2e-5 + s * bus_factor("allreduce", n) / 4e11
+        return line * (1.0 + 1.5 * math.exp(-((math.log2(s) - 22) / 3) ** 2))
+
+    def measured(plan) -> list[dict]:
+        recs = [{"kernel": "allreduce", "num_gpus": n, "num_bytes": s, "time_s": hump(n, s) * f}
+                for n in plan.counts for s in plan.sizes for f in (0.9, 1.0, 1.1)]  # median: the middle one
+        return recs + [{"kernel": "sendrecv", "num_gpus": 2, "num_bytes": s, "time_s": 1e-5 + s / 3e11}
+                       for s in plan.sizes]
+
+    monkeypatch.setattr(ic_mod, "measure", measured)
+    monkeypatch.setattr(step_mod, "_smi", lambda *a: NVLINK if a[0] == "nvlink" else "")
+    section, text = interconnect_step(fake_torch(8), CUDA, dev("NVIDIA H100 80GB HBM3"), quick=False,
+                                      jsonl_path=tmp_path / "x.interconnect.jsonl", log=lambda _: None)
+    cal = with_interconnect(load_calibration("cpu-epyc-2core"), section, text)
+    back = calibration_from_dict(yaml.safe_load(yaml.safe_dump(calibration_to_dict(cal))), file="x.yaml").interconnect
+    nccl = dataclasses.replace(back, engine_allreduce=())  # an engine that sends every size to NCCL
+    sizes = cuda_plan(8, quick=False).sizes
+    for n in cuda_plan(8, quick=False).counts:
+        curve = back.numbers(n).allreduce_curve
+        assert curve is not None and curve.sizes == tuple(float(s) for s in sizes)
+        for s in sizes:
+            assert nccl.allreduce_s(s, n) == pytest.approx(hump(n, s), rel=1e-5)
+        worst = max(abs(back.allreduce_s(s, n) - hump(n, s)) / hump(n, s) for s in sizes)
+        assert worst > 0.3  # the fitted line alone misses the hump
+    assert "allreduce_curve" in text
 
 
 def _calibrate_fixture(tmp_path, monkeypatch):
