@@ -15,7 +15,7 @@ each point ``[message bytes, seconds]``, in increasing bytes (nccl-tests' out-of
 interpolated linearly in the bytes; below the smallest it is the smallest point's time (the
 latency floor); above the largest it grows from the largest point's time at the count's bus
 bandwidth. Which all-reduces run NCCL, and so take this curve, is the engine's choice
-(EngineProfile.custom_allreduce in sim/cost/profile.py): engines run their own one-shot kernel
+(EngineProfile.custom_allreduce_bytes in sim/cost/profile.py): engines run their own one-shot kernel
 for small messages, which the latency + bandwidth form describes. Pure.
 """
 

@@ -37,7 +37,7 @@ An entry's ``allreduce_curve`` holds NCCL's all-reduce time measured at a few me
 (sim/calib/allreduce_curve.py). NCCL's mid-size messages take far longer than the latency +
 bandwidth form says, while an engine's own one-shot kernel for small messages takes about what
 it says; so which form times an all-reduce is the engine's choice (``engine_allreduce``, set
-from the run's engine profile, EngineProfile.custom_allreduce): messages below the engine's
+from the run's engine profile, EngineProfile.custom_allreduce_bytes): messages below the engine's
 bound for the GPU count take the form above, larger ones the curve. On a PCIe link every
 all-reduce runs NCCL (the engines' custom kernels need NVLink peer access: TensorRT-LLM's AUTO
 falls back to NCCL without it). Without a curve for the count, or without an engine choice

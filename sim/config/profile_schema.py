@@ -31,7 +31,8 @@ class ProfileOverrides(BaseModel):
     gqa_shared_kv_reads: bool | None = None
     graph_kernel_s: nonneg_float("engine.profile_overrides.graph_kernel_s") | None = None
     reserve_full_length: bool | None = None
-    custom_allreduce: bool | None = None  # false: every all-reduce runs NCCL (sim/cost/collectives.py)
+    #: the engine's own all-reduce kernel below this many bytes, NCCL above (0: always; sim/cost/collectives.py)
+    custom_allreduce_max_bytes: nonneg_float("engine.profile_overrides.custom_allreduce_max_bytes") | None = None
 
     def as_dict(self) -> dict:
         return {k: v for k, v in self.model_dump().items() if v is not None}

@@ -31,6 +31,16 @@ TRTLLM_CUSTOM_ALLREDUCE = ((2, 16e6), (4, 1e6), (8, 5e5))
 #: 2, 4, 6 and 8, messages below max_size = 8 MiB; NCCL above and beyond 8 GPUs), which SGLang adapted.
 #: Recent vLLM on Hopper with symmetric memory raises the bound at 2 and 4 GPUs (64 and 32 MiB): not modelled.
 VLLM_CUSTOM_ALLREDUCE = ((8, 8.0 * MiB),)
+#: PyTorch's IntraNodeComm, which gpt-fast's tensor-parallel command turns on (its README: ``ENABLE_INTRA_NODE_COMM=1
+#: torchrun ... generate.py``): one-shot below 256 KiB, two-shot up to 10 MiB (torch/csrc/distributed/c10d
+#: intra_node_comm: kTwoShotThreshBytes, kMaxDevices 8), on fully connected or hybrid-cube-mesh NVLink; NCCL above.
+TORCH_INTRA_NODE_ALLREDUCE = ((8, 10.0 * MiB),)
+
+
+def custom_allreduce_bound(max_bytes: float) -> tuple[tuple[int, float], ...]:
+    """The engine-kernel bounds of ``engine.profile_overrides.custom_allreduce_max_bytes``: its own kernel below
+    ``max_bytes`` on up to 8 GPUs (every engine's custom all-reduce stops there), NCCL above; 0: NCCL always."""
+    return ((8, float(max_bytes)),) if max_bytes > 0 else ()
 
 
 class NcclPath(NamedTuple):
@@ -84,5 +94,5 @@ def build_collectives(model: ModelSpec, calibration, tp: int, act_bytes: float,
     return Collectives(2 * model.num_layers + 1, fixed, per_token, gather_fixed, per_seq, nccl)
 
 
-__all__ = ["TRTLLM_CUSTOM_ALLREDUCE", "VLLM_CUSTOM_ALLREDUCE", "Collectives", "NcclPath", "build_collectives",
-           "collectives_s"]
+__all__ = ["TORCH_INTRA_NODE_ALLREDUCE", "TRTLLM_CUSTOM_ALLREDUCE", "VLLM_CUSTOM_ALLREDUCE", "Collectives", "NcclPath", "build_collectives",
+           "collectives_s", "custom_allreduce_bound"]

@@ -33,7 +33,7 @@ import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sim.cost.collectives import TRTLLM_CUSTOM_ALLREDUCE, VLLM_CUSTOM_ALLREDUCE
+from sim.cost import collectives as coll
 from sim.cost.shape import BatchShape
 
 
@@ -154,8 +154,8 @@ class EngineProfile:
         if not overrides:
             return self
         values = dict(overrides)
-        if values.pop("custom_allreduce", True) is False:  # NCCL for every all-reduce
-            values["custom_allreduce_bytes"] = ()
+        if "custom_allreduce_max_bytes" in values:  # the engine's own kernel below it (0: NCCL always)
+            values["custom_allreduce_bytes"] = coll.custom_allreduce_bound(values.pop("custom_allreduce_max_bytes"))
         for key, enum in (("graph_mode", GraphMode), ("output_processing", OutputProcessing)):
             if key in values:
                 values[key] = enum(values[key])
@@ -204,14 +204,14 @@ PROFILES: dict[str, EngineProfile] = {
         ProfileName.VLLM_V1, graph_mode=GraphMode.FULL_AND_PIECEWISE, step_host_s=_V1_STEP_HOST_S,
         seq_host_s=_PY_SEQ_HOST_S, async_scheduling=True, chunked_prefill=True, prefix_caching=True,
         frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
-        custom_allreduce_bytes=VLLM_CUSTOM_ALLREDUCE),
+        custom_allreduce_bytes=coll.VLLM_CUSTOM_ALLREDUCE),
     # vLLM 0.5-0.6 (V0 engine): prefill-first scheduling, graphs for decode batches up to 256,
     # output processing in the engine loop.
     ProfileName.VLLM_V0: EngineProfile(
         ProfileName.VLLM_V0, graph_mode=GraphMode.DECODE, step_host_s=_PY_STEP_HOST_S,
         seq_host_s=_PY_SEQ_HOST_S, prefill_first=True, output_processing=OutputProcessing.INLINE,
         frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
-        custom_allreduce_bytes=VLLM_CUSTOM_ALLREDUCE),
+        custom_allreduce_bytes=coll.VLLM_CUSTOM_ALLREDUCE),
     # SGLang: decode graphs (cuda_graph_max_bs; its default depends on the GPU, 160 taken),
     # the overlap scheduler (host work hidden behind the previous step), chunked prefill,
     # radix (prefix) cache, tokenizer and detokenizer in processes of their own.
@@ -219,21 +219,21 @@ PROFILES: dict[str, EngineProfile] = {
         ProfileName.SGLANG, graph_mode=GraphMode.DECODE, max_graph_size=160, step_host_s=_PY_STEP_HOST_S,
         seq_host_s=_PY_SEQ_HOST_S, async_scheduling=True, chunked_prefill=True, prefix_caching=True,
         frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
-        custom_allreduce_bytes=VLLM_CUSTOM_ALLREDUCE),
+        custom_allreduce_bytes=coll.VLLM_CUSTOM_ALLREDUCE),
     # TensorRT-LLM: in-flight batching in a C++ executor (small host time per step), decode graphs,
     # overlapped scheduling, KV block reuse on, chunked context off, GUARANTEED_NO_EVICT admission.
     ProfileName.TRTLLM: EngineProfile(
         ProfileName.TRTLLM, graph_mode=GraphMode.DECODE, step_host_s=_CPP_STEP_HOST_S,
         async_scheduling=True, prefix_caching=True, reserve_full_length=True,
         frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
-        custom_allreduce_bytes=TRTLLM_CUSTOM_ALLREDUCE),
+        custom_allreduce_bytes=coll.TRTLLM_CUSTOM_ALLREDUCE),
     # A compiled single-stream decoder: every decode step one CUDA-graph replay from a loop
     # with next to no host work, no scheduler, no front end (gpt-fast's torch.compile
     # "reduce-overhead" mode; llama.cpp's CUDA backend, with graph_mode none before its
-    # CUDA graphs of May 2024); gpt-fast all-reduces through torch.distributed: NCCL.
+    # CUDA graphs of May 2024); gpt-fast's tensor parallelism all-reduces through PyTorch's IntraNodeComm.
     ProfileName.COMPILED: EngineProfile(
         ProfileName.COMPILED, graph_mode=GraphMode.DECODE, step_host_s=_CPP_STEP_HOST_S,
-        weight_only_kernels=(("int4", _TINYGEMM_INT4),), custom_allreduce_bytes=()),
+        weight_only_kernels=(("int4", _TINYGEMM_INT4),), custom_allreduce_bytes=coll.TORCH_INTRA_NODE_ALLREDUCE),
 }
 
 #: The profile a scenario without ``engine.profile`` models: the current vLLM release.
@@ -243,7 +243,7 @@ DEFAULT_PROFILE = ProfileName.VLLM_V1
 OVERRIDABLE = tuple(f.name for f in dataclasses.fields(EngineProfile)
                     if f.name not in ("name", "uses_calibration_overhead", "chunked_prefill",
                                       "prefix_caching", "weight_only_kernels", "custom_allreduce_bytes")
-                    ) + ("custom_allreduce",)
+                    ) + ("custom_allreduce_max_bytes",)
 
 
 class ProfiledCost:

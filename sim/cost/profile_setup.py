@@ -16,7 +16,7 @@ def engine_profile(engine, calibration) -> EngineProfile:
     return profile.with_overrides(engine.profile_overrides.as_dict())
 
 
-_BOOL_KEYS = ("async_scheduling", "prefill_first", "gqa_shared_kv_reads", "reserve_full_length", "custom_allreduce")
+_BOOL_KEYS = ("async_scheduling", "prefill_first", "gqa_shared_kv_reads", "reserve_full_length")
 _ENUM_KEYS = {"graph_mode": GraphMode, "output_processing": OutputProcessing}
 
 
@@ -46,6 +46,9 @@ def with_calibration(profile: EngineProfile, calibration) -> EngineProfile:
         elif key == "max_graph_size":
             ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 1 << 16
             allowed = "an integer from 0 to 65536"
+        elif key == "custom_allreduce_max_bytes":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1e12
+            allowed = "bytes from 0 to 1e12"
         else:
             ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
                   and 0.0 <= value <= 10.0)  # also refuses nan

@@ -16,6 +16,7 @@ from sim.cli.main import main
 from sim.cost.build import build_cost_model, build_profiled_cost, with_profile_allreduce
 from sim.cost.collectives import TRTLLM_CUSTOM_ALLREDUCE
 from sim.cost.profile import PROFILES
+from sim.cost.profile_setup import with_calibration
 from sim.cost.shape import BatchShape
 from sim.errors import ConfigError
 from sim.model.hf_config import load_model
@@ -70,7 +71,7 @@ def test_the_curve_round_trips_through_a_calibration_yaml() -> None:
 def test_the_engine_picks_which_messages_take_the_curve() -> None:
     """TensorRT-LLM's AUTO: its one-shot kernel below 16 MB at 2 GPUs, 1 MB at 4, 500 KB at 8
     (the latency + bandwidth form), NCCL above (the curve); no engine choice: the form for all;
-    no custom kernel (gpt-fast): the curve for all; a PCIe link: NCCL for all."""
+    no custom kernel: the curve for all; a PCIe link: NCCL for all."""
     section = TOP | {"by_num_gpus": {n: {"allreduce_curve": POINTS} for n in (2, 4, 8)}}
     plain = interconnect_from_dict(section, file="x.yaml")
     trt = dataclasses.replace(plain, engine_allreduce=TRTLLM_CUSTOM_ALLREDUCE)
@@ -119,13 +120,14 @@ def test_a_tp8_step_pays_the_curve_exactly_where_the_engine_sends_its_all_reduce
 
 
 def test_turning_the_custom_all_reduce_off_sends_a_small_message_to_nccl() -> None:
-    """vLLM's --disable-custom-all-reduce (profile_overrides custom_allreduce: false): a batch-1
+    """vLLM's --disable-custom-all-reduce (profile_overrides custom_allreduce_max_bytes: 0): a batch-1
     step's all-reduces take the curve's floor, not the one-shot form."""
     model, cal = load_model("llama-3-70b"), _a100_with_curve()
     shape = BatchShape.decode(1, 1000)
     on = PROFILES["vllm-v1"]
-    off = on.with_overrides({"custom_allreduce": False})
-    assert off.custom_allreduce_bytes == () and on.with_overrides({"custom_allreduce": True}) == on
+    off = on.with_overrides({"custom_allreduce_max_bytes": 0})
+    assert off.custom_allreduce_bytes == () and on.custom_allreduce_bytes == ((8, 8 * 2 ** 20),)
+    assert on.with_overrides({"custom_allreduce_max_bytes": 1e6}).custom_allreduce_bytes == ((8, 1e6),)
     t_on = build_profiled_cost(model, cal, on, max_num_seqs=8, tensor_parallel_size=8).step_time_s(shape)
     t_off = build_profiled_cost(model, cal, off, max_num_seqs=8, tensor_parallel_size=8).step_time_s(shape)
     ic = cal.interconnect
@@ -147,3 +149,22 @@ def test_a_bad_curve_in_a_calibration_file_is_exit_2_and_one_line(tmp_path, caps
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "cal.yaml" in lines[0] and "allreduce_curve[1]" in lines[0]
     assert "strictly increasing" in lines[0]
+
+
+def test_the_override_is_checked_in_a_scenario_and_in_a_calibrations_profiles(tmp_path, capsys) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump({"model": "tiny-llama", "gpu": "a100-80gb",
+                                        "engine": {"profile_overrides": {"custom_allreduce_max_bytes": -1}},
+                                        "workload": {"num_requests": 2, "arrival": {"type": "constant", "rate": 10.0},
+                                                     "prompt_tokens": {"type": "fixed", "value": 20},
+                                                     "output_tokens": {"type": "fixed", "value": 5}}}))
+    assert main(["run", str(scenario), "--no-report"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "engine.profile_overrides.custom_allreduce_max_bytes" in lines[0]
+    cal = dataclasses.replace(load_calibration("a100-80gb"), profiles={"trtllm": {"custom_allreduce_max_bytes": "big"}})
+    with pytest.raises(ConfigError) as err:
+        with_calibration(PROFILES["trtllm"], cal)
+    assert err.value.key == "profiles.trtllm.custom_allreduce_max_bytes" and "bytes from 0 to 1e12" in str(err.value)
+    measured = with_calibration(PROFILES["trtllm"], dataclasses.replace(
+        cal, profiles={"trtllm": {"custom_allreduce_max_bytes": 0}}))
+    assert measured.custom_allreduce_bytes == ()
