@@ -127,6 +127,16 @@ def test_section_goes_into_the_calibration_yaml(tmp_path, monkeypatch) -> None:
     assert with_interconnect(cal, None, None) is cal
 
 
+def _calibrated(monkeypatch, tmp_path, measure, *, quick: bool):
+    """(section, provenance text, cpu calibration with the section) of calibrate's interconnect step on
+    an 8-GPU NVLink node whose NCCL timings ``measure(plan)`` returns."""
+    monkeypatch.setattr(ic_mod, "measure", measure)
+    monkeypatch.setattr(step_mod, "_smi", lambda *a: NVLINK if a[0] == "nvlink" else "")
+    section, text = interconnect_step(fake_torch(8), CUDA, dev("NVIDIA H100 80GB HBM3"), quick=quick,
+                                      jsonl_path=tmp_path / "x.interconnect.jsonl", log=lambda _: None)
+    return section, text, with_interconnect(load_calibration("cpu-epyc-2core"), section, text)
+
+
 def test_each_gpu_counts_numbers_go_into_the_calibration_yaml(tmp_path, monkeypatch) -> None:
     """A node whose latency and bus bandwidth change with the GPU count: calibrate's section keeps
     each count's, and the calibration read back times each count's collectives with them."""
@@ -139,11 +149,7 @@ def test_each_gpu_counts_numbers_go_into_the_calibration_yaml(tmp_path, monkeypa
         return recs + [{"kernel": "sendrecv", "num_gpus": 2, "num_bytes": s, "time_s": 1e-5 + s / 3e11}
                        for s in plan.sizes]
 
-    monkeypatch.setattr(ic_mod, "measure", by_count)
-    monkeypatch.setattr(step_mod, "_smi", lambda *a: NVLINK if a[0] == "nvlink" else "")
-    section, text = interconnect_step(fake_torch(8), CUDA, dev("NVIDIA H100 80GB HBM3"), quick=True,
-                                      jsonl_path=tmp_path / "x.interconnect.jsonl", log=lambda _: None)
-    cal = with_interconnect(load_calibration("cpu-epyc-2core"), section, text)
+    section, text, cal = _calibrated(monkeypatch, tmp_path, by_count, quick=True)
     written = yaml.safe_dump(calibration_to_dict(cal))
     assert "by_num_gpus" in written and "by_num_gpus" in section.source
     back = calibration_from_dict(yaml.safe_load(written), file="x.yaml").interconnect
@@ -170,11 +176,7 @@ def test_each_counts_measured_all_reduce_times_go_in_as_its_curve(tmp_path, monk
         return recs + [{"kernel": "sendrecv", "num_gpus": 2, "num_bytes": s, "time_s": 1e-5 + s / 3e11}
                        for s in plan.sizes]
 
-    monkeypatch.setattr(ic_mod, "measure", measured)
-    monkeypatch.setattr(step_mod, "_smi", lambda *a: NVLINK if a[0] == "nvlink" else "")
-    section, text = interconnect_step(fake_torch(8), CUDA, dev("NVIDIA H100 80GB HBM3"), quick=False,
-                                      jsonl_path=tmp_path / "x.interconnect.jsonl", log=lambda _: None)
-    cal = with_interconnect(load_calibration("cpu-epyc-2core"), section, text)
+    _, text, cal = _calibrated(monkeypatch, tmp_path, measured, quick=False)
     back = calibration_from_dict(yaml.safe_load(yaml.safe_dump(calibration_to_dict(cal))), file="x.yaml").interconnect
     nccl = dataclasses.replace(back, engine_allreduce=())  # an engine that sends every size to NCCL
     sizes = cuda_plan(8, quick=False).sizes
