@@ -18,7 +18,6 @@ from sim.calib.allreduce_curve import AllReduceCurve
 from sim.calib.interconnect import require_interconnect
 from sim.model.spec import ModelSpec
 
-
 MiB = 1 << 20
 #: Engines' own all-reduce kernels (EngineProfile.custom_allreduce_bytes): ((largest GPU count, bytes), ...);
 #: a message over n GPUs below the bytes of the first entry whose count is >= n runs the engine's kernel,
@@ -94,5 +93,5 @@ def build_collectives(model: ModelSpec, calibration, tp: int, act_bytes: float,
     return Collectives(2 * model.num_layers + 1, fixed, per_token, gather_fixed, per_seq, nccl)
 
 
-__all__ = ["TORCH_INTRA_NODE_ALLREDUCE", "TRTLLM_CUSTOM_ALLREDUCE", "VLLM_CUSTOM_ALLREDUCE", "Collectives", "NcclPath", "build_collectives",
-           "collectives_s", "custom_allreduce_bound"]
+__all__ = ["TORCH_INTRA_NODE_ALLREDUCE", "TRTLLM_CUSTOM_ALLREDUCE", "VLLM_CUSTOM_ALLREDUCE", "Collectives", "NcclPath",
+           "build_collectives", "collectives_s", "custom_allreduce_bound"]
