@@ -93,7 +93,7 @@ class FittedCost:
     gemm_measured: frozenset = frozenset()  # (n, k, dtype) rows of the fitted gemm's grid
     moe_routing_bytes_per_token: float = 0.0
     moe_routing_launches: int = 0  # per step: MoE layers x routing kernels
-    collectives: Collectives | None = None  # tensor parallelism (datasheet.py)
+    collectives: Collectives | None = None  # tensor parallelism (collectives.py)
     head_gemm: tuple | None = None  # (dtype, params, measured) of the lm_head when its dtype differs
 
     def without_composition(self) -> FittedCost:
