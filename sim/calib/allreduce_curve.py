@@ -22,10 +22,10 @@ for small messages, which the latency + bandwidth form describes. Pure.
 from __future__ import annotations
 
 import bisect
-import math
 from dataclasses import dataclass
 from typing import Any
 
+from sim.calib.numbers import number_in
 from sim.errors import ConfigError
 
 _BYTES = (1.0, 1e13)
@@ -54,17 +54,8 @@ class AllReduceCurve:
 def _point(value: Any, file: str, key: str) -> tuple[float, float]:
     if not isinstance(value, (list, tuple)) or len(value) != 2:
         raise ConfigError(file, key, f"expected [bytes, seconds], got {value!r}"[:300])
-    out = []
-    for v, (lo, hi), what in zip(value, (_BYTES, _SECONDS), ("bytes", "seconds"), strict=True):
-        if isinstance(v, str):
-            try:
-                v = float(v)  # YAML 1.1 reads 1e6 (no dot) as a string
-            except ValueError:
-                pass
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
-            raise ConfigError(file, key, f"{what} {v!r} is not a number from {lo:g} to {hi:g}"[:300])
-        out.append(float(v))
-    return out[0], out[1]
+    return (number_in(value[0], file, key, *_BYTES, what="bytes"),
+            number_in(value[1], file, key, *_SECONDS, what="seconds"))
 
 
 def curve_from_list(data: Any, *, file: str, key: str) -> AllReduceCurve:

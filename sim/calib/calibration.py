@@ -34,7 +34,6 @@ GEMM math mode) and ``dequant:`` (weight-only dequantisation): sim/calib/precisi
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -42,9 +41,10 @@ from typing import Any
 
 from sim.calib.composition import Composition, composition_from_dict
 from sim.calib.interconnect import Interconnect, interconnect_from_dict, interconnect_to_dict
-from sim.errors import ConfigError, read_yaml_file
 from sim.calib.kernel_models import RIDGE_SHARPNESS, KernelFit, features, kernel_fit_from_dict, roofline_s
+from sim.calib.numbers import finite_number, yaml_float
 from sim.calib.precision import PRECISION_KEYS, Precision, precision_from_dict, precision_to_dict
+from sim.errors import ConfigError, read_yaml_file
 
 SCHEMA_VERSION = 2
 SUPPORTED_SCHEMAS = (1, 2)
@@ -157,7 +157,6 @@ CALIBRATION_LIMITS: dict[str, tuple[float, float]] = {
     "step_overhead_s": (0.0, 10.0),
     "compute_efficiency.m_half_tokens": (0.0, 1e6),
 }
-_FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 
 def _check(value: Any, kind: str, rule: str, file: str, key: str) -> Any:
@@ -165,12 +164,10 @@ def _check(value: Any, kind: str, rule: str, file: str, key: str) -> Any:
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(file, key, f"expected a non-empty string, got {value!r}")
         return value
-    if isinstance(value, str) and _FLOAT_RE.match(value.strip()):
-        value = float(value)  # YAML 1.1 reads 1e12 (no dot, no sign) as a string
+    value = yaml_float(value)
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
         raise ConfigError(file, key, "a number far too large; see the allowed ranges in README.md")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(file, key, f"expected a number, got {value!r}; allowed: finite numbers")
+    finite_number(value, file, key)
     if kind == "int":
         if not float(value).is_integer():
             raise ConfigError(file, key, f"expected an integer, got {value!r}")

@@ -148,6 +148,7 @@ _KEYS = {"combine": "form", "scale": "positive", "decode_attention_scale": "posi
 
 def composition_from_dict(data, *, file: str) -> Composition:
     """Validate a calibration's ``composition:`` mapping (ConfigError names the key)."""
+    from sim.calib.numbers import number_in  # noqa: PLC0415
     from sim.errors import ConfigError  # noqa: PLC0415
 
     if not isinstance(data, dict):
@@ -170,8 +171,7 @@ def composition_from_dict(data, *, file: str) -> Composition:
                 raise ConfigError(file, "composition.combine", f"got {value!r}; allowed: {', '.join(COMBINE_FORMS)}")
             values[key] = value
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1e12 <= value <= 1e12:
-            raise ConfigError(file, f"composition.{key}", f"expected a number, got {value!r}; allowed: finite numbers up to 1e12")
+        value = number_in(value, file, f"composition.{key}", -1e12, 1e12)
         rule = _KEYS[key]
         if (rule == "positive" and value < 1e-6) or (key.endswith("_s") and value > 10.0):
             raise ConfigError(file, f"composition.{key}", f"{value!r} is outside the allowed range "

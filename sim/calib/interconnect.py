@@ -52,12 +52,11 @@ is an error naming the calibration file and ``interconnect``: there is no silent
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from sim.calib.allreduce_curve import AllReduceCurve, curve_from_list, curve_to_list
+from sim.calib.numbers import number_in
 from sim.errors import ConfigError
 
 LINKS = ("nvlink2", "nvlink3", "nvlink4", "nvlink5", "pcie3", "pcie4", "pcie5", "xgmi")
@@ -80,7 +79,6 @@ _COUNT_KEYS: dict[str, tuple[float, float]] = {
 _NUM_GPUS = (2, 1024)  # the GPU counts a by_num_gpus entry may name
 _ALLOWED = (*_KEYS, "link", "source", "by_num_gpus")
 _CURVE = "allreduce_curve"  # a by_num_gpus entry's measured NCCL times (sim/calib/allreduce_curve.py)
-_FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 
 @dataclass(frozen=True)
@@ -168,17 +166,6 @@ class Interconnect:
         return self.allgather_latency(num_gpus) + num_bytes * self.allgather_s_per_byte(num_gpus)
 
 
-def _number(value: Any, file: str, key: str, lo: float, hi: float) -> float:
-    if isinstance(value, str) and _FLOAT_RE.match(value.strip()):
-        value = float(value)  # YAML 1.1 reads 1e12 (no dot, no sign) as a string
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(file, key, f"expected a number, got {value!r}; allowed: finite numbers")
-    value = float(value)
-    if not lo <= value <= hi:
-        raise ConfigError(file, key, f"{value:g} is outside the allowed range {lo:g} to {hi:g}")
-    return value
-
-
 def interconnect_from_dict(data: Any, *, file: str) -> Interconnect | None:
     """The parsed ``interconnect:`` section (None when absent); one-line ConfigError otherwise."""
     if data is None:
@@ -191,7 +178,7 @@ def interconnect_from_dict(data: Any, *, file: str) -> Interconnect | None:
     values: dict[str, Any] = {}
     for key, ((lo, hi), required) in _KEYS.items():
         if key in data:
-            values[key] = _number(data[key], file, f"interconnect.{key}", lo, hi)
+            values[key] = number_in(data[key], file, f"interconnect.{key}", lo, hi)
         elif required:
             raise ConfigError(file, f"interconnect.{key}", "required key missing")
     link = data.get("link")
@@ -234,7 +221,7 @@ def _counts_from_dict(data: Any, file: str) -> tuple[tuple[int, CountNumbers], .
                 raise ConfigError(file, f"{where}.{key}.{name}", f"unknown key; allowed: {allowed}")
         curve = (curve_from_list(entry[_CURVE], file=file, key=f"{where}.{key}.{_CURVE}") if _CURVE in entry
                  else None)
-        out[n] = CountNumbers(**{name: _number(entry[name], file, f"{where}.{key}.{name}", lo, hi)
+        out[n] = CountNumbers(**{name: number_in(entry[name], file, f"{where}.{key}.{name}", lo, hi)
                                  for name, (lo, hi) in _COUNT_KEYS.items() if name in entry}, allreduce_curve=curve)
     return tuple(sorted(out.items()))
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from sim.calib.gemm_tiles import TILE_PARAMS, tile_params_from_dict, tiles_on, work_scale
+from sim.calib.numbers import number_in
 from sim.errors import ConfigError
 from sim.model.dtypes import DTYPE_BYTES
 
@@ -304,6 +305,5 @@ def _stat(v, file: str, key: str, fraction: bool):
     """An optional fit statistic: a finite number >= 0 (a count, or an error share)."""
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1e12:  # NaN fails too
-        raise ConfigError(file, key, f"expected a finite number from 0 to 1e12, got {v!r}")
-    return float(v) if fraction else int(v)
+    v = number_in(v, file, key, 0.0, 1e12)
+    return v if fraction else int(v)

@@ -42,10 +42,10 @@ weight dtype, no dequantisation cost.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
+from sim.calib.numbers import finite_number, number_in
 from sim.errors import ConfigError
 from sim.model.dtypes import DTYPE_BYTES, dtype_name, embedding_dtype
 
@@ -58,7 +58,6 @@ PRECISION_KEYS = ("compute_peaks", "dequant", "mode_efficiency")
 #: Math modes with 16-bit activations: quantised weights are dequantised to them (weight-only).
 SIXTEEN_BIT_MODES = ("bf16", "fp16", "fp16-acc16")
 PEAK_RANGE = (1e6, 1e18)  # as peak_flops
-_FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 
 @dataclass(frozen=True)
@@ -157,16 +156,11 @@ def embedding_precision(cal: Any, weight_dtype: str | None, weight_dtype_bytes: 
 
 def _number(value: Any, file: str, key: str, *, fraction: bool = False) -> float:
     """A finite number: a fraction in (0, 1], or a peak within PEAK_RANGE."""
-    if isinstance(value, str) and _FLOAT_RE.match(value.strip()):
-        value = float(value)  # YAML 1.1 reads 1e12 (no dot, no sign) as a string
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(file, key, f"expected a number, got {value!r}; allowed: finite numbers")
-    value = float(value)
-    if fraction and not 0 < value <= 1:
+    if not fraction:
+        return number_in(value, file, key, *PEAK_RANGE)
+    value = finite_number(value, file, key)
+    if not 0 < value <= 1:
         raise ConfigError(file, key, f"must be in (0, 1], got {value:g}")
-    lo, hi = PEAK_RANGE
-    if not fraction and not lo <= value <= hi:
-        raise ConfigError(file, key, f"{value:g} is outside the allowed range {lo:g} to {hi:g}")
     return value
 
 
