@@ -12,11 +12,15 @@ therefore give a GPU count the times it measured::
 
 each point ``[message bytes, seconds]``, in increasing bytes (nccl-tests' out-of-place
 ``time``; ``microbench calibrate`` writes the sizes it timed). Between two points the time is
-interpolated linearly in the bytes; below the smallest it is the smallest point's time (the
-latency floor); above the largest it grows from the largest point's time at the count's bus
-bandwidth. Which all-reduces run NCCL, and so take this curve, is the engine's choice
-(EngineProfile.custom_allreduce_bytes in sim/cost/profile.py): engines run their own one-shot kernel
-for small messages, which the latency + bandwidth form describes. Pure.
+interpolated linearly in the bytes; above the largest it grows from the largest point's time at
+the count's bus bandwidth. Below the smallest it falls along the line through the first two
+points (NCCL's time is linear in the bytes within one protocol), never faster than the count's
+all-reduce latency (``floor_s``: the calibration's ``allreduce_latency_s``) and never slower than
+the smallest point: a curve measured from 4 KiB stays flat below it, one that starts at 2 MiB,
+where the bandwidth already shows, falls towards its latency. Which all-reduces run NCCL, and so
+take this curve, is the engine's choice (EngineProfile.custom_allreduce_bytes in
+sim/cost/profile.py): engines run their own one-shot kernel for small messages, which the
+latency + bandwidth form describes. Pure.
 """
 
 from __future__ import annotations
@@ -39,11 +43,13 @@ class AllReduceCurve:
     sizes: tuple[float, ...]
     times: tuple[float, ...]
 
-    def seconds(self, num_bytes: float, seconds_per_byte: float) -> float:
-        """One all-reduce of ``num_bytes`` (module docstring); ``seconds_per_byte`` beyond the last point."""
+    def seconds(self, num_bytes: float, seconds_per_byte: float, floor_s: float = 0.0) -> float:
+        """One all-reduce of ``num_bytes`` (module docstring): ``seconds_per_byte`` beyond the last
+        point, the first two points' line below the first, never under ``floor_s`` there."""
         sizes, times = self.sizes, self.times
         if num_bytes <= sizes[0]:
-            return times[0]
+            slope = max(0.0, (times[1] - times[0]) / (sizes[1] - sizes[0]))
+            return max(min(floor_s, times[0]), times[0] - (sizes[0] - num_bytes) * slope)
         if num_bytes >= sizes[-1]:
             return times[-1] + (num_bytes - sizes[-1]) * seconds_per_byte
         i = bisect.bisect_right(sizes, num_bytes)

@@ -151,7 +151,7 @@ class Interconnect:
             return 0.0
         nccl = self.nccl_curve(num_gpus)
         if nccl is not None and num_bytes >= nccl[1]:
-            return nccl[0].seconds(num_bytes, self.allreduce_s_per_byte(num_gpus))
+            return nccl[0].seconds(num_bytes, self.allreduce_s_per_byte(num_gpus), self.allreduce_latency(num_gpus))
         return self.allreduce_latency(num_gpus) + num_bytes * self.allreduce_s_per_byte(num_gpus)
 
     def p2p_s(self, num_bytes: float) -> float:

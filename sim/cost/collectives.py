@@ -50,6 +50,7 @@ class NcclPath(NamedTuple):
     curve: AllReduceCurve
     seconds_per_byte: float  # beyond the curve's last point
     launch_s: float  # the kernel launch each all-reduce pays on top
+    floor_s: float = 0.0  # the count's all-reduce latency: the curve's floor below its first point
 
 
 class Collectives(NamedTuple):
@@ -67,7 +68,7 @@ def collectives_s(collectives: Collectives, m: int, num_seqs: int) -> float:
     """Seconds of a step's tensor-parallel collectives (``build_collectives``) for m tokens."""
     count, fixed_s, per_token_s, gather_fixed_s, gather_per_seq_s, nccl = collectives
     if nccl is not None and m * nccl.bytes_per_token >= nccl.min_bytes:
-        t = count * (nccl.curve.seconds(m * nccl.bytes_per_token, nccl.seconds_per_byte) + nccl.launch_s)
+        t = count * (nccl.curve.seconds(m * nccl.bytes_per_token, nccl.seconds_per_byte, nccl.floor_s) + nccl.launch_s)
     else:
         t = count * (fixed_s + m * per_token_s)
     return t + gather_fixed_s + num_seqs * gather_per_seq_s if num_seqs > 0 else t
@@ -89,7 +90,8 @@ def build_collectives(model: ModelSpec, calibration, tp: int, act_bytes: float,
     # the tp-GPU latencies (interconnect.by_num_gpus, else the top level): #15 loose ends
     fixed, gather_fixed = ic.allreduce_latency(tp) + launch_s, ic.allgather_latency(tp) + launch_s
     found = None if attention_dp else ic.nccl_curve(tp)
-    nccl = None if found is None else NcclPath(model.hidden_size * act_bytes, found[1], found[0], per_byte, launch_s)
+    nccl = None if found is None else NcclPath(model.hidden_size * act_bytes, found[1], found[0], per_byte, launch_s,
+                                               ic.allreduce_latency(tp))
     return Collectives(2 * model.num_layers + 1, fixed, per_token, gather_fixed, per_seq, nccl)
 
 

@@ -30,15 +30,20 @@ SECTION = TOP | {"by_num_gpus": {8: {"allreduce_curve": POINTS}}}
 def test_the_curve_interpolates_between_points_holds_its_floor_and_grows_at_the_bus_bandwidth_past_the_end() -> None:
     curve = curve_from_list(POINTS, file="x.yaml", key="k")
     per_byte = 1.75 / 2.3e11
-    assert curve.seconds(100, per_byte) == 32e-6  # below the smallest point: its time
+    slope = (76.7e-6 - 32e-6) / (1048576 - 32768)  # below the smallest point: the first two points' line
+    assert curve.seconds(100, per_byte) == pytest.approx(32e-6 - (32768 - 100) * slope, rel=1e-12)
+    assert curve.seconds(100, per_byte, floor_s=31e-6) == 31e-6  # never under the count's latency
+    assert curve.seconds(100, per_byte, floor_s=40e-6) == 32e-6  # nor over the smallest point
     assert curve.seconds(1048576, per_byte) == 76.7e-6  # a point: its own time
     mid = (1048576 + 16777216) / 2
     assert curve.seconds(mid, per_byte) == pytest.approx((76.7e-6 + 245.1e-6) / 2, rel=1e-12)
     past = 67108864 + 1e8
     assert curve.seconds(past, per_byte) == pytest.approx(589.5e-6 + 1e8 * per_byte, rel=1e-12)
-    sizes = [2 ** k for k in range(10, 30)]  # never falls as the message grows
-    times = [curve.seconds(s, per_byte) for s in sizes]
-    assert times == sorted(times)
+    sizes = [2 ** k for k in range(0, 30)]  # never falls as the message grows
+    times = [curve.seconds(s, per_byte, floor_s=1e-5) for s in sizes]
+    assert times == sorted(times) and times[0] > 1e-5
+    dip = curve_from_list([[4096, 30e-6], [8192, 28e-6], [65536, 40e-6]], file="x.yaml", key="k")
+    assert dip.seconds(1, per_byte, floor_s=1e-5) == 30e-6  # a first segment that falls: flat below it
 
 
 @pytest.mark.parametrize(("curve", "key", "says"), [
@@ -82,9 +87,10 @@ def test_the_engine_picks_which_messages_take_the_curve() -> None:
         assert trt.allreduce_s(bound, n) == curve and curve > plain.allreduce_s(bound, n)
         assert plain.allreduce_s(bound, n) == plain.allreduce_latency(n) + bound * plain.allreduce_s_per_byte(n)
     nccl_only = dataclasses.replace(plain, engine_allreduce=())
-    assert nccl_only.allreduce_s(8192, 8) == 32e-6
+    below = nccl_only.numbers(8).allreduce_curve.seconds(8192, nccl_only.allreduce_s_per_byte(8), 1e-5)
+    assert nccl_only.allreduce_s(8192, 8) == below and 30e-6 < below < 32e-6 and below > plain.allreduce_s(8192, 8)
     pcie = dataclasses.replace(trt, link="pcie4")
-    assert pcie.allreduce_s(8192, 8) == 32e-6
+    assert pcie.allreduce_s(8192, 8) == below
 
 
 def _a100_with(section: dict):
@@ -111,7 +117,8 @@ def test_a_tp8_step_pays_the_curve_exactly_where_the_engine_sends_its_all_reduce
         delta = with_curve.step_time_s(shape) - without.step_time_s(shape)
         nbytes = n * model.hidden_size * 2
         linear = ic.allreduce_latency(8) + nbytes * ic.allreduce_s_per_byte(8)
-        expected = count * (ic.nccl_curve(8)[0].seconds(nbytes, ic.allreduce_s_per_byte(8)) - linear) if moves else 0.0
+        curve = ic.nccl_curve(8)[0].seconds(nbytes, ic.allreduce_s_per_byte(8), ic.allreduce_latency(8))
+        expected = count * (curve - linear) if moves else 0.0
         assert delta == pytest.approx(expected, rel=1e-9, abs=1e-12)
         assert (delta > 0) == moves
         eager = PROFILES["eager"]
@@ -121,7 +128,7 @@ def test_a_tp8_step_pays_the_curve_exactly_where_the_engine_sends_its_all_reduce
 
 def test_turning_the_custom_all_reduce_off_sends_a_small_message_to_nccl() -> None:
     """vLLM's --disable-custom-all-reduce (profile_overrides custom_allreduce_max_bytes: 0): a batch-1
-    step's all-reduces take the curve's floor, not the one-shot form."""
+    step's all-reduces take the curve below its first point, not the one-shot form."""
     model, cal = load_model("llama-3-70b"), _a100_with_curve()
     shape = BatchShape.decode(1, 1000)
     on = PROFILES["vllm-v1"]
@@ -130,9 +137,11 @@ def test_turning_the_custom_all_reduce_off_sends_a_small_message_to_nccl() -> No
     assert on.with_overrides({"custom_allreduce_max_bytes": 1e6}).custom_allreduce_bytes == ((8, 1e6),)
     t_on = build_profiled_cost(model, cal, on, max_num_seqs=8, tensor_parallel_size=8).step_time_s(shape)
     t_off = build_profiled_cost(model, cal, off, max_num_seqs=8, tensor_parallel_size=8).step_time_s(shape)
-    ic = cal.interconnect
-    one_shot = ic.allreduce_latency(8) + model.hidden_size * 2 * ic.allreduce_s_per_byte(8)
-    assert t_off - t_on == pytest.approx((2 * model.num_layers + 1) * (32e-6 - one_shot), rel=1e-9)
+    ic, nbytes = cal.interconnect, model.hidden_size * 2
+    one_shot = ic.allreduce_latency(8) + nbytes * ic.allreduce_s_per_byte(8)
+    below = ic.numbers(8).allreduce_curve.seconds(nbytes, ic.allreduce_s_per_byte(8), ic.allreduce_latency(8))
+    assert 30e-6 < below < 32e-6  # the first two points' line, a little under the curve's first point
+    assert t_off - t_on == pytest.approx((2 * model.num_layers + 1) * (below - one_shot), rel=1e-9)
 
 
 def test_a_bad_curve_in_a_calibration_file_is_exit_2_and_one_line(tmp_path, capsys) -> None:
