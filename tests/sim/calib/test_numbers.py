@@ -75,7 +75,7 @@ def test_every_section_reads_an_exponent_without_a_dot(tmp_path: Path, name: str
 def test_a_curve_point_takes_an_exponent_without_a_dot_and_refuses_a_boolean(tmp_path: Path) -> None:
     curve = [[1024, "4e-5"], [4096, 6e-5]]
     path = _with(tmp_path, "a100-80gb", _set("interconnect", "by_num_gpus", value={8: {"allreduce_curve": curve}}))
-    assert load_calibration(str(path)).interconnect.numbers(8).allreduce_curve.seconds(1, 0.0) == 4e-5
+    assert load_calibration(str(path)).interconnect.numbers(8).allreduce_curve.times[0] == 4e-5
     path.write_text(path.read_text().replace("4e-5", "true"))
     with pytest.raises(ConfigError) as err:
         load_calibration(str(path))
