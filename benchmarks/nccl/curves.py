@@ -17,7 +17,7 @@ octave each way, narrower where the rows end). This script prints those curves p
 ``allreduce_curve`` form, and each count's ratio to a calibration's curve where it has one:
 
     python benchmarks/nccl/curves.py                       # the curves
-    python benchmarks/nccl/curves.py --compare a100-80gb   # against a calibration's by_num_gpus curves
+    python benchmarks/nccl/curves.py --gpu a100 --compare a100-80gb   # against a calibration's curves
 """
 
 from __future__ import annotations
@@ -65,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu", choices=sorted(FILES), default=None, help="one profile (default: both)")
     ap.add_argument("--compare", metavar="CALIBRATION", help="a calibration whose curves to compare against")
     args = ap.parse_args(argv)
+    if args.compare and not args.gpu:
+        ap.error("--compare needs --gpu: the profile to hold the calibration against")
     for gpu in [args.gpu] if args.gpu else sorted(FILES):
         data = rows(FILES[gpu])
         for n in sorted({n for n, _, _ in data}):
