@@ -42,7 +42,7 @@ from typing import Any
 from sim.calib.composition import Composition, composition_from_dict
 from sim.calib.interconnect import Interconnect, interconnect_from_dict, interconnect_to_dict
 from sim.calib.kernel_models import RIDGE_SHARPNESS, KernelFit, features, kernel_fit_from_dict, roofline_s
-from sim.calib.numbers import finite_number, yaml_float
+from sim.calib.numbers import finite_number, fraction_number, number_in, yaml_float
 from sim.calib.precision import PRECISION_KEYS, Precision, precision_from_dict, precision_to_dict
 from sim.errors import ConfigError, read_yaml_file
 
@@ -178,12 +178,10 @@ def _check(value: Any, kind: str, rule: str, file: str, key: str) -> Any:
         raise ConfigError(file, key, f"must be > 0, got {value}")
     if rule == "non-negative" and value < 0:
         raise ConfigError(file, key, f"must be >= 0, got {value}")
-    if rule == "fraction" and not 0 < value <= 1:
-        raise ConfigError(file, key, f"must be in (0, 1], got {value}")
+    if rule == "fraction":
+        fraction_number(value, file, key)
     if key in CALIBRATION_LIMITS:
-        lo, hi = CALIBRATION_LIMITS[key]
-        if not lo <= value <= hi:
-            raise ConfigError(file, key, f"{value:g} is outside the allowed range {lo:g} to {hi:g}")
+        number_in(value, file, key, *CALIBRATION_LIMITS[key])
     return value
 
 

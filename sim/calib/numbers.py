@@ -39,3 +39,11 @@ def number_in(value: Any, file: str, key: str, lo: float, hi: float, what: str =
         name = f"{what} " if what else ""
         raise ConfigError(file, key, f"{name}{value:g} is outside the allowed range {lo:g} to {hi:g}")
     return value
+
+
+def fraction_number(value: Any, file: str, key: str) -> float:
+    """A finite number in (0, 1]: an efficiency or a share."""
+    value = finite_number(value, file, key)
+    if not 0 < value <= 1:
+        raise ConfigError(file, key, f"must be in (0, 1], got {value:g}")
+    return value

@@ -45,7 +45,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from sim.calib.numbers import finite_number, number_in
+from sim.calib.numbers import fraction_number, number_in
 from sim.errors import ConfigError
 from sim.model.dtypes import DTYPE_BYTES, dtype_name, embedding_dtype
 
@@ -156,12 +156,7 @@ def embedding_precision(cal: Any, weight_dtype: str | None, weight_dtype_bytes: 
 
 def _number(value: Any, file: str, key: str, *, fraction: bool = False) -> float:
     """A finite number: a fraction in (0, 1], or a peak within PEAK_RANGE."""
-    if not fraction:
-        return number_in(value, file, key, *PEAK_RANGE)
-    value = finite_number(value, file, key)
-    if not 0 < value <= 1:
-        raise ConfigError(file, key, f"must be in (0, 1], got {value:g}")
-    return value
+    return fraction_number(value, file, key) if fraction else number_in(value, file, key, *PEAK_RANGE)
 
 
 def _mapping(data: Any, file: str, key: str, allowed: tuple[str, ...]) -> dict:
