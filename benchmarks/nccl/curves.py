@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.compare and not args.gpu:
         ap.error("--compare needs --gpu: the profile to hold the calibration against")
+    ic = load_calibration(args.compare).interconnect if args.compare else None
     for gpu in [args.gpu] if args.gpu else sorted(FILES):
         data = rows(FILES[gpu])
         for n in sorted({n for n, _, _ in data}):
@@ -74,7 +75,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{gpu} {n} GPUs ({sum(1 for m, _, _ in data if m == n)} rows):")
             print("  allreduce_curve: [" + ", ".join(f"[{b}, {t:.4e}]" for b, t in pts) + "]")
             if args.compare:
-                ic = load_calibration(args.compare).interconnect
                 mine = ic.numbers(n).allreduce_curve if ic else None
                 if mine is None:
                     print(f"  {args.compare}: no curve at {n} GPUs")
