@@ -24,8 +24,10 @@ timings with m <= 4096 (the token range of a serving step and of the other model
 
     python benchmarks/gemm_regimes.py [--csv PATH] [--all-m] [--baseline]
 
-Not yet the project's fitted form (sim/calib/gemm_tiles.py, microbench/fit.py): the figures and what
-limits any such form are in benchmarks/RESULTS.md ("Microbench fits", the regimes study).
+The project's fitted form took the regimes (sim/calib/gemm_tiles.py, microbench.fit.CUBLAS_REGIMES,
+fitted with the project's log-error loss on every token count: benchmarks/microbench_a100_gemm.py); this
+study's own loss and m <= 4096 training rows are kept to reproduce its figures (benchmarks/RESULTS.md,
+"Microbench fits", the regimes study).
 """
 
 from __future__ import annotations

@@ -6,12 +6,14 @@ license, data/profiling/compute/a100/*/mlp.csv). Steps:
 
 1. fit the GEMM model on Llama-3-8B's shapes (all TP degrees) and predict every other
    model's shapes with the analytic form (no grid: none of their shapes was measured),
-   twice: the smooth roofline form (``old``) and the form with cuBLAS's tile and wave
+   three times: the smooth roofline form (``old``), the form with cuBLAS's tile and wave
    quantisation (``tiles``: sim/calib/gemm_tiles.py; the A100's 108 SMs from its datasheet,
-   the tile chosen among microbench.fit.CUBLAS_TILES by the training loss); per model and
+   the tile chosen among microbench.fit.CUBLAS_TILES by the training loss) and the same with
+   cuBLAS-like kernel regimes (``regimes``: tile height and efficiency by token count,
+   microbench.fit.CUBLAS_REGIMES; what ``microbench calibrate`` fits on a GPU); per model and
    the mean over the seven held-out models;
 2. the same fitted on two models (Llama-3-8B and phi-2), predicting the other six;
-3. fit on all eight models (5-fold by shape, tile form) and, with ``--write``, store that fit as
+3. fit on all eight models (5-fold by shape, regimes form) and, with ``--write``, store that fit as
    calibrations/a100-vidur-linear.yaml, the A100-80GB datasheet giving the numbers the data
    set does not measure (memory, PCIe, copies, attention). Its raw timings are the CSV
    above (3.4 MB; not copied: rerun this script to refit).
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import datetime as dt
 import sys
 import time
@@ -52,7 +55,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from microbench.fit import GemmTiles, describe, fit, fit_kernel, fit_params, mape
+from microbench.fit import CUBLAS_REGIMES, GemmTiles, describe, fit, fit_kernel, fit_params, mape
 from sim.calib.calibration import calibration_to_dict, load_calibration
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,6 +71,7 @@ A100_PEAK_FLOPS = 312e12
 #: Decode GEMMs: the token counts whose cost is the weights' read (batch 1 to 4)
 GEMV_MAX_M = 4
 TILES = GemmTiles(sm_count=A100_SMS)
+REGIMES = GemmTiles(sm_count=A100_SMS, regimes=CUBLAS_REGIMES)
 
 
 def load(path: Path) -> dict[str, list[dict]]:
@@ -138,20 +142,22 @@ def main(argv: list[str] | None = None) -> int:
         print_floor(by_model)
     for trained_on in ((TRAIN,), (TRAIN, SECOND)):
         recs = [r for model in trained_on for r in by_model[model]]
-        old = fit_kernel("gemm", recs, grid=False)
-        new = fit_kernel("gemm", recs, grid=False, tiles=TILES)
-        print(f"fit on {' + '.join(trained_on)} ({len(recs)} timings):\n  old   {describe(old)}\n"
-              f"  tiles {describe(new)}")
-        print(f"  {'predicted model (analytic form)':<40} {'timings':>7}  {'old':>6}  {'tiles':>6}")
+        forms = {"old": fit_kernel("gemm", recs, grid=False, folds=0),
+                 "tiles": fit_kernel("gemm", recs, grid=False, folds=0, tiles=TILES),
+                 "regimes": fit_kernel("gemm", recs, grid=False, folds=0, tiles=REGIMES)}
+        print(f"fit on {' + '.join(trained_on)} ({len(recs)} timings):")
+        for label, f in forms.items():
+            print(f"  {label:<7} {describe(f)}")
+        print(f"  {'predicted model (analytic form)':<40} {'timings':>7}" + "".join(f"  {k:>7}" for k in forms))
         held = []
         for model, model_recs in sorted(by_model.items()):
-            errs = mape(old.params, "gemm", model_recs), mape(new.params, "gemm", model_recs)
+            errs = [mape(f.params, "gemm", model_recs) for f in forms.values()]
             if model not in trained_on:
                 held.append(errs)
             tag = "  (training)" if model in trained_on else "  <- target" if model == HELD_OUT else ""
-            print(f"  {model:<40} {len(model_recs):7d}  {errs[0]:6.2%}  {errs[1]:6.2%}{tag}")
-        mean_old, mean_new = (sum(e[i] for e in held) / len(held) for i in (0, 1))
-        print(f"  {f'mean over the {len(held)} held-out models':<40} {'':>7}  {mean_old:6.2%}  {mean_new:6.2%}")
+            print(f"  {model:<40} {len(model_recs):7d}" + "".join(f"  {e:7.2%}" for e in errs) + tag)
+        means = [sum(e[i] for e in held) / len(held) for i in range(len(forms))]
+        print(f"  {f'mean over the {len(held)} held-out models':<40} {'':>7}" + "".join(f"  {e:7.2%}" for e in means))
     everything = [r for recs in by_model.values() for r in recs]
     base = load_calibration("a100-80gb")
     device = {"name": "a100-vidur-linear", "gpu_name": "NVIDIA A100 (Vidur profiling data)",
@@ -162,9 +168,13 @@ def main(argv: list[str] | None = None) -> int:
                   "not_measured": "memory, PCIe, copies, attention, norms, step overhead: a100-80gb datasheet",
                   "command": "python benchmarks/microbench_a100_gemm.py --write", "schema": "2",
                   "measurements": "shared/gpu-timings/a100_linear_layers.csv (not copied; 36,516 rows)",
-                  "sm_count": f"{A100_SMS} (NVIDIA A100 datasheet); gemm tile/wave term, sim/calib/gemm_tiles.py"}}
-    cal = fit(everything, device=device, base=base, name="a100-vidur-linear", gemm_tiles=TILES)
-    print(f"fit on all {len(everything)} timings (tile form):\n  {describe(cal.kernels['gemm'])}")
+                  "sm_count": f"{A100_SMS} (NVIDIA A100 datasheet); gemm tile/wave term and kernel regimes, "
+                              "sim/calib/gemm_tiles.py"}}
+    cal = fit(everything, device=device, base=base, name="a100-vidur-linear", gemm_tiles=REGIMES)
+    cal = dataclasses.replace(cal, interconnect=base.interconnect, provenance={
+        **cal.provenance, "interconnect": "not measured: the a100-80gb datasheet calibration's interconnect "
+        "section (see its provenance)"})
+    print(f"fit on all {len(everything)} timings (regimes form):\n  {describe(cal.kernels['gemm'])}")
     if args.write:
         out = ROOT / "calibrations" / "a100-vidur-linear.yaml"
         out.write_text("# kvsim calibration, schema 2: GEMM fitted on the Vidur A100 linear-layer timings;\n"

@@ -10,6 +10,9 @@ With ``tiles=GemmTiles(sm_count, candidates)`` the GEMM's form gains cuBLAS's ti
 quantisation (sim/calib/gemm_tiles.py): the SM count is given (a datasheet fact), the tile
 shape is chosen among the candidates by the lowest training loss (each candidate fitted),
 and the wave-tail weight and per-tile k overhead are fitted with the other parameters.
+``GemmTiles(..., regimes=CUBLAS_REGIMES)`` adds the kernel regimes (tile height and efficiency
+by token count): their bounds and tile heights given, the two efficiencies fitted, the
+candidate tile then being the large-m regime's.
 
 Fitting minimizes a robust (soft-L1) loss on log(predicted / measured), so that a 10 us
 and a 10 ms timing weigh alike and a few noisy timings do not pull the fit.
@@ -30,20 +33,42 @@ from sim.errors import ConfigError
 from sim.calib.kernel_models import KERNELS, GridRow, KernelFit, analytic_s, features, grid_key
 
 MAX_GRID_POINTS = 48  # per shape; log-spaced subsample of the measured axis values
+F_SCALE = 0.05  # soft-L1 scale of the log residuals: errors past ~5% count linearly (robust)
 # (lower, upper) bounds of the free parameters
 BOUNDS = {"bandwidth_bytes_per_s": (1e6, 1e15), "flops_per_s": (1e6, 1e17), "x_half": (1e-3, 1e5),
           "overhead_s": (1e-9, 1.0), "item_s": (1e-10, 1.0), "sharpness": (1.0, 30.0),
-          "wave_tail": (1e-4, 1.0), "k_half": (1e-3, 1e5)}
+          "wave_tail": (1e-4, 1.0), "k_half": (1e-3, 1e5), "small_efficiency": (0.1, 2.0),
+          "mid_efficiency": (0.1, 2.0)}  # a regime's kernels: at most twice the large-m ones' FLOP rate
 #: cuBLAS-like Ampere/Hopper tensor-core tiles (m: tokens x n: output features)
 CUBLAS_TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (64, 256), (128, 256), (256, 128))
+#: cuBLAS-like kernel regimes (small_max_m, small_tile_m, mid_max_m, mid_tile_m): skinny kernels on
+#: 64-row tiles up to 64 tokens, 64-row tiles to 256, the candidate tile above. Chosen on real A100
+#: linear-layer timings by training loss and 5-fold-by-shape cross-validation inside one model
+#: (benchmarks/gemm_regimes.py, benchmarks/RESULTS.md "the regimes study").
+CUBLAS_REGIMES = (64, 64, 256, 64)
+_REGIME_GIVENS = ("small_max_m", "small_tile_m", "mid_max_m", "mid_tile_m")
 
 
 @dataclass(frozen=True)
 class GemmTiles:
-    """The tile/wave term's givens: the GPU's SM count (datasheet) and the candidate tiles."""
+    """The tile/wave term's givens: the GPU's SM count (datasheet) and the candidate tiles;
+    ``regimes``: the kernel regimes' bounds and tile heights (None: one tile for every m)."""
 
     sm_count: int
     candidates: tuple[tuple[int, int], ...] = CUBLAS_TILES
+    regimes: tuple[int, int, int, int] | None = None
+
+
+def device_gemm_tiles(device: dict | None) -> GemmTiles | None:
+    """The GEMM's tile/wave term with the kernel regimes for a measured GPU: its SM count from
+    the device record's provenance (``microbench calibrate`` writes torch's multi_processor_count);
+    None for a CPU or a record without it (the smooth roofline form)."""
+    raw = ((device or {}).get("provenance") or {}).get("sm_count")
+    try:
+        sms = int(str(raw))
+    except ValueError:
+        return None
+    return GemmTiles(sm_count=sms, regimes=CUBLAS_REGIMES) if 0 < sms <= 10_000 else None
 
 
 def _arrays(kernel: str, records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
@@ -73,6 +98,10 @@ def _vector_model(free: list[str], fixed: dict, feats: np.ndarray, mnk: np.ndarr
     if mnk is not None:
         m, n, k = mnk.T
         sms, tm, tn = fixed["sm_count"], fixed["tile_m"], fixed["tile_n"]
+        regime = None
+        if "mid_max_m" in fixed:  # row regime 0, 1, 2 and its tile height
+            regime = (m > fixed["small_max_m"]).astype(int) + (m > fixed["mid_max_m"])
+            tm = np.array([fixed["small_tile_m"], fixed["mid_tile_m"], tm])[regime]
         tiles = np.ceil(m / tm) * np.ceil(n / tn)
         full, waves = tiles / sms, np.ceil(tiles / sms)
         pad = sms * tm * tn / (m * n)
@@ -84,6 +113,8 @@ def _vector_model(free: list[str], fixed: dict, feats: np.ndarray, mnk: np.ndarr
         work = flops
         if mnk is not None:
             work = flops * (full + p["wave_tail"] * (waves - full)) * pad * (1.0 + p["k_half"] / k)
+            if regime is not None:
+                work = work / np.array([p["small_efficiency"], p["mid_efficiency"], 1.0])[regime]
         comp = np.where(flops > 0, work / (p["flops_per_s"] * eff), 0.0)
         hi, lo = np.maximum(mem, comp), np.minimum(mem, comp)
         s = p["sharpness"]
@@ -97,13 +128,16 @@ def _vector_model(free: list[str], fixed: dict, feats: np.ndarray, mnk: np.ndarr
 def fit_params(kernel: str, records: list[dict], tiles: GemmTiles | None = None) -> dict[str, float]:
     """Least-squares parameters of ``kernel``'s model form on ``records`` (at least 2).
 
-    ``tiles`` (GEMMs with FLOPs only): fit each candidate tile and keep the one of least loss.
+    ``tiles`` (GEMMs with FLOPs only): fit each candidate tile and keep the one of least loss
+    (with ``tiles.regimes``, the regimes' two efficiencies fitted too).
     """
     if tiles is None or not KERNELS[kernel].tiled:
         return _fit_params(kernel, records)[0]
     best = None
     for tm, tn in tiles.candidates:
         fixed = {"sm_count": float(tiles.sm_count), "tile_m": float(tm), "tile_n": float(tn)}
+        if tiles.regimes is not None:
+            fixed.update(zip(_REGIME_GIVENS, map(float, tiles.regimes)))
         params, cost = _fit_params(kernel, records, fixed)
         if best is None or cost < best[1]:
             best = params, cost
@@ -121,19 +155,21 @@ def _fit_params(kernel: str, records: list[dict], tile: dict | None = None) -> t
     if tile is not None and "flops_per_s" in free:
         # padding m to whole tiles replaces x_half's smooth under-fill (kept 0: monotone in m)
         free = [p for p in free if p != "x_half"] + ["wave_tail", "k_half"]
+        if "mid_max_m" in tile:
+            free += ["small_efficiency", "mid_efficiency"]
         fixed.update(tile)
         mnk = np.array([(r["m"], r["n"], r["k"]) for r in records], dtype=float)
     big = feats[:, 0] >= np.quantile(feats[:, 0], 0.75)
     guess = {"bandwidth_bytes_per_s": float(np.median(feats[big, 0] / t[big])),
              "flops_per_s": float(np.max(feats[:, 1] / t)) * 1.5 or 1e12, "x_half": 16.0,
              "overhead_s": float(np.min(t)) * 0.5, "item_s": float(np.min(t)) * 0.1, "sharpness": 4.0,
-             "wave_tail": 0.5, "k_half": 64.0}
+             "wave_tail": 0.5, "k_half": 64.0, "small_efficiency": 1.0, "mid_efficiency": 1.0}
     lo = np.log([BOUNDS[p][0] for p in free])
     hi = np.log([BOUNDS[p][1] for p in free])
     x0 = np.clip(np.log([max(guess[p], 1e-30) for p in free]), lo + 1e-9, hi - 1e-9)
     model = _vector_model(free, fixed, feats, mnk)
     log_t = np.log(t)
-    res = least_squares(lambda lp: np.log(model(lp)) - log_t, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05)
+    res = least_squares(lambda lp: np.log(model(lp)) - log_t, x0, bounds=(lo, hi), loss="soft_l1", f_scale=F_SCALE)
     return {name: float(v) for name, v in {**fixed, **dict(zip(free, np.exp(res.x)))}.items()}, float(res.cost)
 
 
@@ -292,6 +328,9 @@ def describe(fit_: KernelFit) -> str:
         if p.get("sm_count", 0) > 0:
             parts.append(f"tile {p['tile_m']:.0f}x{p['tile_n']:.0f} on {p['sm_count']:.0f} SMs, wave tail "
                          f"{p['wave_tail']:.2f}, k_half {p['k_half']:.0f}")
+            if p.get("mid_max_m", 0) > 0:
+                parts.append(f"regimes <= {p['small_max_m']:.0f} / <= {p['mid_max_m']:.0f} tokens at "
+                             f"{p['small_efficiency']:.2f} / {p['mid_efficiency']:.2f}")
     parts.append(f"overhead {p['overhead_s'] * 1e6:8.1f} us")
     if p["item_s"] > 0:
         parts.append(f"per item {p['item_s'] * 1e6:7.1f} us")

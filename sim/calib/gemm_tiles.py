@@ -22,6 +22,19 @@ shape is chosen by the fit on the training shapes among a few cuBLAS-like candid
 (microbench.fit), ``wave_tail`` and ``k_half`` are fitted. With ``sm_count`` 0 (the default,
 and every calibration written before this term existed) the term is off: work_scale 1.
 Every factor is non-decreasing in m, n and k, so predictions never fall as a GEMM grows.
+
+**Kernel regimes** (optional, on when ``mid_max_m`` > 0): cuBLAS runs a different kernel class
+by token count, with its own tile height and efficiency. Three regimes:
+
+    m <= small_max_m                  tile_m = small_tile_m, efficiency small_efficiency
+    small_max_m < m <= mid_max_m      tile_m = mid_tile_m,   efficiency mid_efficiency
+    m > mid_max_m                     tile_m = tile_m,       efficiency 1 (flops_per_s is this regime's)
+
+and work_scale is divided by the regime's efficiency. The bounds and tile heights are given
+(cuBLAS-like on Ampere and Hopper: 64 / 256 tokens, 64-row tiles below 256), the two
+efficiencies fitted. Across a bound the next regime may be faster (a taller tile, a better
+kernel); kernel_models.analytic_s then keeps the time at the previous regime's last token
+count, so predictions still never fall as m grows.
 """
 
 from __future__ import annotations
@@ -35,12 +48,39 @@ TILE_PARAMS = ("sm_count", "tile_m", "tile_n", "wave_tail", "k_half")
 TILE_DEFAULTS = {"sm_count": 0.0, "tile_m": 0.0, "tile_n": 0.0, "wave_tail": 1.0, "k_half": 0.0}
 TILE_LIMITS = {"sm_count": (1.0, 10_000.0), "tile_m": (1.0, 4096.0), "tile_n": (1.0, 4096.0),
                "wave_tail": (0.0, 1.0), "k_half": (0.0, 1e6)}
-_INTEGERS = ("sm_count", "tile_m", "tile_n")
+#: the optional kernel regimes (module docstring): all six or none, on top of the tile term
+REGIME_PARAMS = ("small_max_m", "small_tile_m", "small_efficiency", "mid_max_m", "mid_tile_m", "mid_efficiency")
+REGIME_LIMITS = {"small_max_m": (1.0, 1e6), "small_tile_m": (1.0, 4096.0), "small_efficiency": (0.01, 100.0),
+                 "mid_max_m": (1.0, 1e6), "mid_tile_m": (1.0, 4096.0), "mid_efficiency": (0.01, 100.0)}
+_INTEGERS = ("sm_count", "tile_m", "tile_n", "small_max_m", "small_tile_m", "mid_max_m", "mid_tile_m")
 
 
 def tiles_on(params: dict) -> bool:
     """Whether ``params`` carry the tile/wave term (sm_count > 0)."""
     return params.get("sm_count", 0.0) > 0
+
+
+def regimes_on(params: dict) -> bool:
+    """Whether ``params`` carry the kernel regimes (mid_max_m > 0; the tile term on)."""
+    return params.get("mid_max_m", 0.0) > 0 and tiles_on(params)
+
+
+def regime(params: dict, m: float) -> tuple[float, float]:
+    """(tile_m, efficiency) of the kernel an ``m``-token GEMM runs: the tile term's own tile at
+    efficiency 1 without regimes or past ``mid_max_m``."""
+    if regimes_on(params):
+        if m <= params["small_max_m"]:
+            return params["small_tile_m"], params["small_efficiency"]
+        if m <= params["mid_max_m"]:
+            return params["mid_tile_m"], params["mid_efficiency"]
+    return params["tile_m"], 1.0
+
+
+def previous_regime_end(params: dict, m: float) -> float:
+    """The largest token count of the regime before ``m``'s (0: ``m`` is in the first, or no regimes)."""
+    if not regimes_on(params) or m <= params["small_max_m"]:
+        return 0.0
+    return params["small_max_m"] if m <= params["mid_max_m"] else params["mid_max_m"]
 
 
 def num_tiles(m: float, n: float, tile_m: float, tile_n: float) -> int:
@@ -57,15 +97,23 @@ def wave_efficiency(tiles: int, sm_count: float) -> float:
     return tiles / (num_waves(tiles, sm_count) * sm_count) if tiles > 0 else 0.0
 
 
+def executed_flops(params: dict, m: float, n: float, k: float) -> float:
+    """The FLOPs an ``m x n x k`` GEMM is charged with the term on: the waves paid, each of
+    ``sm_count`` tiles of 2 x tile_m x tile_n x (k + k_half), over the regime's efficiency.
+    A step function of m (constant within a tile row and a wave), never a rounding below it."""
+    sms, tn = params["sm_count"], params["tile_n"]
+    tm, eff = regime(params, m)
+    tiles = num_tiles(m, n, tm, tn)
+    full = tiles / sms
+    paid = full + params.get("wave_tail", 1.0) * (num_waves(tiles, sms) - full)
+    return paid * sms * tm * tn * 2.0 * (k + params.get("k_half", 0.0)) / eff
+
+
 def work_scale(params: dict, m: float, n: float, k: float) -> float:
     """Executed / useful FLOPs of an ``m x n x k`` GEMM (module docstring); 1.0 with the term off."""
     if not tiles_on(params) or m <= 0 or n <= 0 or k <= 0:
         return 1.0
-    sms, tm, tn = params["sm_count"], params["tile_m"], params["tile_n"]
-    tiles = num_tiles(m, n, tm, tn)
-    full = tiles / sms
-    paid = full + params.get("wave_tail", 1.0) * (num_waves(tiles, sms) - full)
-    return paid * sms * tm * tn / (m * n) * (1.0 + params.get("k_half", 0.0) / k)
+    return executed_flops(params, m, n, k) / (2.0 * m * n * k)
 
 
 def tile_params_from_dict(raw: dict, file: str, where: str) -> dict[str, float]:
@@ -86,8 +134,37 @@ def tile_params_from_dict(raw: dict, file: str, where: str) -> dict[str, float]:
         if name in _INTEGERS and v != int(v):
             raise ConfigError(file, f"{where}.{name}", f"expected a whole number, got {v!r}")
         out[name] = float(v)
-    for name in _INTEGERS:
+    for name in ("sm_count", "tile_m", "tile_n"):
         if name not in given:
             raise ConfigError(file, f"{where}.{name}", "missing: the tile/wave term needs sm_count, "
                               "tile_m and tile_n together")
+    return out
+
+
+def regime_params_from_dict(raw: dict, file: str, where: str) -> dict[str, float]:
+    """The kernel-regime parameters of a ``params`` mapping, validated: {} when absent.
+
+    All six come together, on top of the tile term; ``small_max_m`` < ``mid_max_m``.
+    """
+    given = [name for name in REGIME_PARAMS if raw.get(name) is not None]
+    if not given:
+        return {}
+    out = {}
+    for name in REGIME_PARAMS:
+        if name not in given:
+            raise ConfigError(file, f"{where}.{name}", "missing: the kernel regimes need "
+                              + ", ".join(REGIME_PARAMS) + " together")
+        v = raw[name]
+        lo, hi = REGIME_LIMITS[name]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:  # NaN fails too
+            raise ConfigError(file, f"{where}.{name}", f"expected a number from {lo:g} to {hi:g}, got {v!r}")
+        if name in _INTEGERS and v != int(v):
+            raise ConfigError(file, f"{where}.{name}", f"expected a whole number, got {v!r}")
+        out[name] = float(v)
+    if raw.get("sm_count") is None:
+        raise ConfigError(file, f"{where}.sm_count", "missing: the kernel regimes need the tile/wave term "
+                          "(sm_count, tile_m, tile_n)")
+    if out["small_max_m"] >= out["mid_max_m"]:
+        raise ConfigError(file, f"{where}.mid_max_m", f"must be above small_max_m ({out['small_max_m']:g}), "
+                          f"got {out['mid_max_m']:g}")
     return out

@@ -16,7 +16,8 @@ bandwidth plus overhead.
 
 The GEMM's compute term may also carry cuBLAS's tile and wave quantisation (the FLOPs of
 padded tiles and of a nearly empty last wave; sim/calib/gemm_tiles.py), on when its
-parameters ``sm_count``, ``tile_m`` and ``tile_n`` are present; calibrations without them
+parameters ``sm_count``, ``tile_m`` and ``tile_n`` are present, and its kernel regimes (tile
+height and efficiency by token count) when ``mid_max_m`` is; calibrations without them
 predict exactly as before.
 
 A :class:`KernelFit` holds the fitted parameters, its cross-validated error and, optionally,
@@ -34,7 +35,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from sim.calib.gemm_tiles import TILE_PARAMS, tile_params_from_dict, tiles_on, work_scale
+from sim.calib.gemm_tiles import (
+    REGIME_PARAMS, TILE_PARAMS, executed_flops, previous_regime_end, regime_params_from_dict, regimes_on,
+    tile_params_from_dict, tiles_on)
 from sim.calib.numbers import number_in
 from sim.errors import ConfigError
 from sim.model.dtypes import DTYPE_BYTES
@@ -148,10 +151,16 @@ def roofline_s(params: dict[str, float], nbytes: float, flops: float, items: flo
 
 
 def analytic_s(params: dict[str, float], kernel: str, shape: Shape) -> float:
-    """The model form for one launch of ``kernel`` on ``shape``, with the tile/wave term if on."""
+    """The model form for one launch of ``kernel`` on ``shape``, with the tile/wave term if on.
+
+    With kernel regimes a GEMM never takes less than at the previous regime's last token
+    count (a faster kernel past a bound does not make more tokens cheaper)."""
     nbytes, flops, items, x = features(kernel, shape)
-    if flops > 0 and KERNELS[kernel].tiled and tiles_on(params):
-        flops *= work_scale(params, shape["m"], shape["n"], shape["k"])
+    if flops > 0 and KERNELS[kernel].tiled and tiles_on(params) and shape["m"] > 0 and shape["k"] > 0:
+        flops = executed_flops(params, shape["m"], shape["n"], shape["k"])
+        end = previous_regime_end(params, shape["m"])
+        if end > 0:
+            return max(roofline_s(params, nbytes, flops, items, x), analytic_s(params, kernel, {**shape, "m": end}))
     return roofline_s(params, nbytes, flops, items, x)
 
 
@@ -225,7 +234,8 @@ class KernelFit:
     def to_dict(self) -> dict:
         spec = KERNELS[self.kernel]
         key_fields = [f for f in spec.fields if f != spec.axis]
-        names = PARAM_NAMES + (TILE_PARAMS if tiles_on(self.params) else ())
+        names = PARAM_NAMES + (TILE_PARAMS if tiles_on(self.params) else ()) + (
+            REGIME_PARAMS if regimes_on(self.params) else ())
         out = {"params": {k: _num(self.params[k]) for k in names},
                "cv_mape": _num(self.cv_mape), "train_mape": _num(self.train_mape),
                "cv_folds": self.cv_folds, "num_records": self.num_records, "num_shapes": self.num_shapes}
@@ -265,6 +275,7 @@ def kernel_fit_from_dict(kernel: str, data, *, file: str) -> KernelFit:
     if tiles and not spec.tiled:
         raise ConfigError(file, f"{where}.params.sm_count", "the tile/wave term is for GEMMs (kernel gemm) only")
     params.update(tiles)
+    params.update(regime_params_from_dict(data["params"], file, f"{where}.params"))
     grid = data.get("grid") or []
     if not isinstance(grid, list):
         raise ConfigError(file, f"{where}.grid", "expected a list of rows")

@@ -82,6 +82,26 @@ def test_fit_foreign_jsonl_and_predict(tmp_path: Path, capsys) -> None:
     assert seconds == pytest.approx(4e-6 + 2 * 256 * 4096 * 1024 / 1e14, rel=0.05)
 
 
+def test_fit_of_a_gpu_record_uses_the_tile_term_and_regimes(tmp_path: Path, capsys) -> None:
+    """A device record from a GPU (``microbench calibrate`` writes its SM count) gets the GEMM's
+    tile/wave term and kernel regimes; the fitted calibration loads and runs a scenario."""
+    device = {"record": "device", "name": "gpu", "gpu_name": "Some GPU", "memory_bytes": 1 << 36,
+              "provenance": {"sm_count": "132", "cuda": "12.4"}}
+    recs = [{"kernel": "gemm", "m": m, "n": n, "k": k, "dtype": "bf16",
+             "time_s": 4e-6 + max(2 * k * n / 2e12, 2 * m * n * k / 5e14)}
+            for n, k in ((1024, 4096), (6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
+            for m in (1, 8, 32, 64, 100, 200, 256, 512, 1024, 4096)]
+    path = tmp_path / "gpu.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [device, *recs]) + "\n")
+    out = tmp_path / "gpu.yaml"
+    assert main(["fit", str(path), "-o", str(out), "--base", "h100-sxm", "--folds", "2"]) == 0
+    params = yaml.safe_load(out.read_text())["kernels"]["gemm"]["params"]
+    assert params["sm_count"] == 132 and (params["small_max_m"], params["mid_max_m"]) == (64, 256)
+    cal = load_calibration(str(out))
+    times = [cal.predict("gemm", m=m, n=11008, k=4096, dtype="bf16") for m in range(1, 2000, 3)]  # unmeasured
+    assert all(b >= a > 0 for a, b in zip(times, times[1:]))
+
+
 @pytest.mark.parametrize("argv, fragment", [
     (["fit", "/nonexistent.jsonl", "-o", "x.yaml"], "/nonexistent.jsonl: <root>: cannot read"),
     (["predict", "a100-80gb", "--kernel", "gemv"], "unknown kernel 'gemv'"),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sim.calib.calibration import calibration_from_dict, calibration_to_dict, load_calibration
-from sim.calib.gemm_tiles import num_tiles, num_waves, wave_efficiency, work_scale
+from sim.calib.gemm_tiles import REGIME_PARAMS, num_tiles, num_waves, regime, wave_efficiency, work_scale
 from sim.calib.kernel_models import KernelFit, features, kernel_fit_from_dict, roofline_s
 from sim.errors import ConfigError
 
@@ -64,7 +64,7 @@ def _old_a100() -> dict:
     """The shipped GEMM calibration's dict without the tile parameters (a file written before them)."""
     data = calibration_to_dict(load_calibration(str(CALIBRATIONS / "a100-vidur-linear.yaml")))
     old = copy.deepcopy(data)
-    for name in ("sm_count", "tile_m", "tile_n", "wave_tail", "k_half"):
+    for name in ("sm_count", "tile_m", "tile_n", "wave_tail", "k_half", *REGIME_PARAMS):
         old["kernels"]["gemm"]["params"].pop(name, None)
     old["kernels"]["gemm"]["params"]["x_half"] = 8.0
     return old
@@ -113,3 +113,77 @@ def test_tile_params_only_for_gemm() -> None:
         kernel_fit_from_dict("rmsnorm", {"params": params}, file="cal.yaml")
     assert err.value.key == "kernels.rmsnorm.params.sm_count"
     assert kernel_fit_from_dict("gemm", {"params": params}, file="cal.yaml").params["wave_tail"] == 1.0
+
+
+REGIMED = {**TILED, "tile_m": 128.0, "small_max_m": 64.0, "small_tile_m": 64.0, "small_efficiency": 1.1,
+           "mid_max_m": 256.0, "mid_tile_m": 64.0, "mid_efficiency": 0.8}
+
+
+def test_regimes_pick_the_tile_and_efficiency_by_token_count() -> None:
+    assert regime(REGIMED, 1) == regime(REGIMED, 64) == (64.0, 1.1)
+    assert regime(REGIMED, 65) == regime(REGIMED, 256) == (64.0, 0.8)
+    assert regime(REGIMED, 257) == regime(REGIMED, 8192) == (128.0, 1.0)
+    assert regime(TILED, 10) == (64.0, 1.0)  # no regimes: the tile term's tile at efficiency 1
+    # 32 tokens pad to one 64-row tile; 1 tile on 108 SMs, the whole wave paid, at 1.1
+    assert work_scale(REGIMED, 32, 128, 4096) == pytest.approx(108 * 64 * 128 / (32 * 128) / 1.1)
+    # 128 x 108 = 13,824 tokens, one 128-row tile per SM: no padding, one full wave, efficiency 1
+    assert work_scale(REGIMED, 128 * 108, 128, 4096) == pytest.approx(1.0)
+    # 192 tokens: three 64-row tiles, 3 of 108 slots, at 0.8
+    assert work_scale(REGIMED, 192, 128, 4096) == pytest.approx(108 * 64 / 192 / 0.8)
+
+
+@pytest.mark.parametrize("small,mid", [(1.1, 0.8), (3.0, 0.3), (0.5, 4.0)])
+def test_regime_predictions_never_fall_as_m_grows(small: float, mid: float) -> None:
+    """A faster kernel past a bound keeps the previous regime's last time (the simulator's contract)."""
+    fit_ = KernelFit("gemm", {**REGIMED, "small_efficiency": small, "mid_efficiency": mid, "k_half": 40.0,
+                              "wave_tail": 0.3})
+    jumps = 0
+    for n, k in itertools.product((128, 1000, 4096, 28672), (512, 4096, 14336)):
+        times = [fit_.predict(m=m, n=n, k=k, dtype="fp16") for m in range(1, 3000)]
+        assert all(t > 0 and math.isfinite(t) for t in times)
+        assert all(b >= a for a, b in zip(times, times[1:]))
+        jumps += times[64] > times[63] * 1.05 or times[256] > times[255] * 1.05
+    assert jumps > 0  # the regimes do change the times at their bounds
+
+
+def test_regimes_change_only_their_token_ranges() -> None:
+    """Efficiency 1 and the large tile in every regime: the plain tile term, to the bit."""
+    same = {**REGIMED, "small_efficiency": 1.0, "mid_efficiency": 1.0, "small_tile_m": 128.0, "mid_tile_m": 128.0}
+    plain = {**TILED, "tile_m": 128.0}
+    for m in (1, 64, 65, 200, 256, 257, 4000):
+        shape = dict(m=m, n=4096, k=4096, dtype="fp16")
+        assert KernelFit("gemm", same).analytic_s(**shape) == KernelFit("gemm", plain).analytic_s(**shape)
+
+
+def test_shipped_a100_fit_has_regimes_and_round_trips() -> None:
+    cal = load_calibration(str(CALIBRATIONS / "a100-vidur-linear.yaml"))
+    params = cal.kernels["gemm"].params
+    assert (params["small_max_m"], params["mid_max_m"]) == (64, 256)
+    assert set(REGIME_PARAMS) <= set(cal.kernels["gemm"].to_dict()["params"])
+    again = calibration_from_dict(calibration_to_dict(cal), file="x")
+    assert again.kernels["gemm"].params == cal.kernels["gemm"].params
+
+
+REGIME_ONLY = {name: REGIMED[name] for name in REGIME_PARAMS}
+
+
+@pytest.mark.parametrize("change,key,words", [
+    ({**REGIME_ONLY, "mid_efficiency": None}, "mid_efficiency", "together"),
+    ({"small_max_m": 64}, "small_tile_m", "together"),
+    ({**REGIME_ONLY, "mid_max_m": 64}, "mid_max_m", "above small_max_m"),
+    ({**REGIME_ONLY, "small_max_m": 64.5}, "small_max_m", "whole number"),
+    ({**REGIME_ONLY, "small_efficiency": 0}, "small_efficiency", "from 0.01"),
+    ({**REGIME_ONLY, "mid_efficiency": float("nan")}, "mid_efficiency", "from 0.01"),
+    ({**REGIME_ONLY, "mid_tile_m": "64"}, "mid_tile_m", "got '64'"),
+])
+def test_bad_regime_params_name_the_key(change: dict, key: str, words: str) -> None:
+    params = {**TILED, **{k: v for k, v in change.items() if v is not None}}
+    with pytest.raises(ConfigError) as err:
+        kernel_fit_from_dict("gemm", {"params": params}, file="cal.yaml")
+    assert err.value.key == f"kernels.gemm.params.{key}" and words in err.value.message
+
+
+def test_regimes_need_the_tile_term() -> None:
+    with pytest.raises(ConfigError) as err:
+        kernel_fit_from_dict("gemm", {"params": {**BASE, **REGIME_ONLY}}, file="cal.yaml")
+    assert err.value.key == "kernels.gemm.params.sm_count" and "tile/wave term" in err.value.message
