@@ -43,6 +43,7 @@ class ProfileName(StrEnum):
     VLLM_V0 = "vllm-v0"
     SGLANG = "sglang"
     TRTLLM = "trtllm"
+    TRTLLM_PYTORCH = "trtllm-pytorch"
     COMPILED = "compiled"
 
 
@@ -227,6 +228,15 @@ PROFILES: dict[str, EngineProfile] = {
         async_scheduling=True, prefix_caching=True, reserve_full_length=True,
         frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
         custom_allreduce_bytes=coll.TRTLLM_CUSTOM_ALLREDUCE),
+    # TensorRT-LLM's PyTorch backend (``--backend pytorch``, the default since 1.0): the same kernels,
+    # graphs, overlap scheduler and admission, driven by a Python executor loop (PyExecutor) that
+    # does per-request work each step as vLLM's and SGLang's loops do: their fitted per-sequence
+    # host time (_PY_SEQ_HOST_S), the C++ executor's per-step time kept (no separate fit).
+    ProfileName.TRTLLM_PYTORCH: EngineProfile(
+        ProfileName.TRTLLM_PYTORCH, graph_mode=GraphMode.DECODE, step_host_s=_CPP_STEP_HOST_S,
+        seq_host_s=_PY_SEQ_HOST_S, async_scheduling=True, prefix_caching=True, reserve_full_length=True,
+        frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
+        custom_allreduce_bytes=coll.TRTLLM_CUSTOM_ALLREDUCE),
     # A compiled single-stream decoder: every decode step one CUDA-graph replay from a loop
     # with next to no host work, no scheduler, no front end (gpt-fast's torch.compile
     # "reduce-overhead" mode; llama.cpp's CUDA backend, with graph_mode none before its
@@ -265,6 +275,8 @@ class ProfiledCost:
         self.step_host_s = profile.step_host_s
         self.seq_host_s = profile.seq_host_s + (
             profile.frontend_token_s if profile.output_processing is OutputProcessing.INLINE else 0.0)
+        # attention data parallelism: each rank's loop schedules its own share of the requests, in parallel
+        self.host_ranks = max(1, int(getattr(eager, "attention_ranks", 1)))
 
     @property
     def composition(self):
@@ -296,14 +308,20 @@ class ProfiledCost:
         inner = getattr(self.graph if graph else self.eager, "decode_time_fn", None)
         if inner is None:  # a fitted model: the caller calls step_time_s
             return None
-        device, host = inner(n + pad, num_tokens + pad), self.step_host_s + self.seq_host_s * n
+        device, host = inner(n + pad, num_tokens + pad), self._host_s(n)
         if self.profile.async_scheduling:
             return lambda kv: d if (d := device(kv)) > host else host
         return lambda kv: device(kv) + host
 
+    def _host_s(self, num_seqs: int) -> float:
+        if self.host_ranks == 1:
+            return self.step_host_s + self.seq_host_s * num_seqs
+        return self.step_host_s + self.seq_host_s * -(-num_seqs // self.host_ranks)
+
     def host_time_s(self, shape: BatchShape) -> float:
-        """Host time of the engine loop: per step, per sequence, and inline output processing."""
-        return self.step_host_s + self.seq_host_s * shape.num_seqs
+        """Host time of the engine loop: per step, per sequence, and inline output processing; under
+        attention data parallelism one rank's (the busiest: its ceil share of the sequences)."""
+        return self._host_s(shape.num_seqs)
 
     def step_time_s(self, shape: BatchShape, idle_before_s: float = 0.0) -> float:
         if shape.num_prefill_tokens + shape.num_decode_tokens <= 0:

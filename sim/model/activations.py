@@ -22,6 +22,9 @@ SAMPLER_BYTES_PER_LOGIT = 38
 #: Engine profiles (``engine.profile``) whose pool is sized by vLLM's profile run; None (no
 #: profile given, e.g. ``sim kv``) is the default profile, vllm-v1.
 VLLM_PROFILES = frozenset({"vllm-v0", "vllm-v1"})
+#: TensorRT-LLM's engines, both backends: the runtime buffers and decoder below (the PyTorch backend's
+#: own sampler buffers are not separately measured: taken as the TensorRT engine's)
+TRTLLM_PROFILES = frozenset({"trtllm", "trtllm-pytorch"})
 
 #: Other engines (trtllm, sglang, eager) keep kvsim's earlier, unvalidated estimate: two fp32
 #: copies of the logits added to the forward pass's peak (2 hidden vectors a token), and
@@ -94,7 +97,7 @@ def estimate_activation_peak_bytes(model: ModelSpec, *, max_num_batched_tokens: 
     forward = math.ceil(max_num_batched_tokens * per_token * dtype_bytes)
     vocab = model.vocab_size if sampler_vocab_size is None else sampler_vocab_size
     if not vllm:
-        per_logit = TRTLLM_DECODER_BYTES_PER_LOGIT if engine_profile == "trtllm" else LEGACY_SAMPLER_BYTES_PER_LOGIT
+        per_logit = TRTLLM_DECODER_BYTES_PER_LOGIT if engine_profile in TRTLLM_PROFILES else LEGACY_SAMPLER_BYTES_PER_LOGIT
         return forward + max_num_seqs * vocab * per_logit
     if vocab == 0:  # no sampler on this GPU
         return forward
@@ -104,5 +107,5 @@ def estimate_activation_peak_bytes(model: ModelSpec, *, max_num_batched_tokens: 
 
 
 __all__ = ["FORWARD_HIDDEN_VECTORS", "LEGACY_FORWARD_HIDDEN_VECTORS", "LEGACY_RUNTIME_OVERHEAD_BYTES",
-           "LEGACY_SAMPLER_BYTES_PER_LOGIT", "SAMPLER_BYTES_PER_LOGIT", "TRTLLM_DECODER_BYTES_PER_LOGIT",
+           "LEGACY_SAMPLER_BYTES_PER_LOGIT", "SAMPLER_BYTES_PER_LOGIT", "TRTLLM_DECODER_BYTES_PER_LOGIT", "TRTLLM_PROFILES",
            "VLLM_PROFILES", "estimate_activation_peak_bytes"]

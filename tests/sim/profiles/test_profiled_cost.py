@@ -120,3 +120,37 @@ def test_every_profile_is_monotone_in_the_batch(profile) -> None:
     # padding to captured sizes can make neighbours equal, never a bigger batch faster
     assert times == sorted(times)
     assert c.step_time_s(BatchShape.decode(0, 0)) == 0.0
+
+
+def test_trtllm_pytorch_is_trtllm_with_the_python_loops_per_sequence_time() -> None:
+    """TensorRT-LLM's PyTorch backend: trtllm's kernels, graphs and admission; its Python executor
+    pays the Python engines' per-sequence host time, which binds once a big batch's device step is short."""
+    cpp, py = PROFILES["trtllm"], PROFILES["trtllm-pytorch"]
+    same = {f.name for f in dataclasses.fields(cpp)} - {"name", "seq_host_s"}
+    assert all(getattr(cpp, f) == getattr(py, f) for f in same)
+    assert cpp.seq_host_s == 0.0 and py.seq_host_s == PROFILES["vllm-v1"].seq_host_s > 0
+    small = BatchShape.decode(4, 500)
+    assert cost("trtllm-pytorch").step_time_s(small) == cost("trtllm").step_time_s(small)  # device-bound
+    big = BatchShape.decode(2048, 100)
+    c = cost("trtllm-pytorch", max_num_seqs=2048)
+    host = py.step_host_s + py.seq_host_s * 2048
+    assert c.device_time_s(big) < host  # a short device step: the Python loop binds
+    assert c.step_time_s(big) == pytest.approx(host)
+    assert c.step_time_s(big) > cost("trtllm", max_num_seqs=2048).step_time_s(big)
+
+
+def test_attention_data_parallel_host_time_is_one_ranks() -> None:
+    """Under attention data parallelism each rank's loop schedules its own requests: the host time of
+    a step counts the busiest rank's ceil share of the sequences; pure decode (macro-steps) agrees."""
+    model, cal = load_model("qwen3-235b-a22b"), load_calibration("b200")
+    profile = PROFILES["trtllm-pytorch"].with_overrides({"async_scheduling": False})
+    dp = build_profiled_cost(model, cal, profile, max_num_seqs=4096, tensor_parallel_size=8,
+                             attention_data_parallel=True)
+    tp = build_profiled_cost(model, cal, profile, max_num_seqs=4096, tensor_parallel_size=8)
+    for n in (1, 8, 9, 100, 3000):
+        shape = BatchShape.decode(n, 300)
+        ranks_share = -(-n // 8)
+        assert dp.host_time_s(shape) == pytest.approx(profile.step_host_s + profile.seq_host_s * ranks_share)
+        assert tp.host_time_s(shape) == pytest.approx(profile.step_host_s + profile.seq_host_s * n)
+        fn = dp.decode_time_fn(n, n)
+        assert fn(shape.decode_kv_tokens) == dp.step_time_s(shape)
