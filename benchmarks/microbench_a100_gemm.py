@@ -39,7 +39,10 @@ cannot reach that model's floor. On these timings the floor is 4.0-6.1% per mode
 fit's 6.4%): the timings jump where cuBLAS switches kernels, at token counts that differ from
 shape to shape.
 
-    python benchmarks/microbench_a100_gemm.py [--csv PATH] [--write] [--floor] [--datasheet]
+With ``--lomo`` it also leaves one model out in turn (fitted on the other seven's timings): one tile
+6.31%, regimes 5.92% mean over the eight models.
+
+    python benchmarks/microbench_a100_gemm.py [--csv PATH] [--write] [--floor] [--datasheet] [--lomo]
 """
 
 from __future__ import annotations
@@ -100,6 +103,20 @@ def print_floor(by_model: dict[str, list[dict]]) -> None:
         print(f"  {model:<40} {len(shapes):3d} shapes  floor {total / len(recs):6.2%}")
 
 
+def print_lomo(by_model: dict[str, list[dict]]) -> None:
+    """Leave one model out: each model predicted by the form fitted on the other seven's timings."""
+    print("leave one model out (fitted on the other models, analytic form)")
+    means = {}
+    for label, tiles in (("tiles", TILES), ("regimes", REGIMES)):
+        errs = []
+        for held in sorted(by_model):
+            train = [r for model, recs in by_model.items() if model != held for r in recs]
+            errs.append(mape(fit_params("gemm", train, tiles), "gemm", by_model[held]))
+            print(f"  {label:<7} {held:<40} {errs[-1]:6.2%}")
+        means[label] = sum(errs) / len(errs)
+    print("  mean over the 8 models: " + ", ".join(f"{k} {v:.2%}" for k, v in means.items()))
+
+
 def gemv_fit(recs: list[dict]) -> tuple[float, float, float]:
     """(t0 s, bandwidth bytes/s, MAPE) of t = t0 + bytes / bandwidth over ``recs``, least
     squares on relative error; bytes: fp16 weights plus the m-row input and output."""
@@ -133,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--floor", action="store_true", help="print the per-shape in-sample error floor first")
     ap.add_argument("--datasheet", action="store_true",
                     help="print the numbers the A100 datasheet calibrations take from these timings first")
+    ap.add_argument("--lomo", action="store_true",
+                    help="also leave one model out: fit on the other seven, predict it (one tile and regimes)")
     args = ap.parse_args(argv)
     start = time.perf_counter()
     by_model = load(args.csv)
@@ -158,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {model:<40} {len(model_recs):7d}" + "".join(f"  {e:7.2%}" for e in errs) + tag)
         means = [sum(e[i] for e in held) / len(held) for i in range(len(forms))]
         print(f"  {f'mean over the {len(held)} held-out models':<40} {'':>7}" + "".join(f"  {e:7.2%}" for e in means))
+    if args.lomo:
+        print_lomo(by_model)
     everything = [r for recs in by_model.values() for r in recs]
     base = load_calibration("a100-80gb")
     device = {"name": "a100-vidur-linear", "gpu_name": "NVIDIA A100 (Vidur profiling data)",
