@@ -116,6 +116,16 @@ def work_scale(params: dict, m: float, n: float, k: float) -> float:
     return executed_flops(params, m, n, k) / (2.0 * m * n * k)
 
 
+def _checked(v, limits: tuple[float, float], name: str, file: str, where: str) -> float:
+    """One parameter's value: a number within ``limits`` (a whole one for the counts and sizes)."""
+    lo, hi = limits
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:  # NaN fails too
+        raise ConfigError(file, f"{where}.{name}", f"expected a number from {lo:g} to {hi:g}, got {v!r}")
+    if name in _INTEGERS and v != int(v):
+        raise ConfigError(file, f"{where}.{name}", f"expected a whole number, got {v!r}")
+    return float(v)
+
+
 def tile_params_from_dict(raw: dict, file: str, where: str) -> dict[str, float]:
     """The tile parameters of a ``params`` mapping, validated: {} when absent (the term off).
 
@@ -127,13 +137,7 @@ def tile_params_from_dict(raw: dict, file: str, where: str) -> dict[str, float]:
         return {}
     out = dict(TILE_DEFAULTS)
     for name in given:
-        v = raw[name]
-        lo, hi = TILE_LIMITS[name]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:  # NaN fails too
-            raise ConfigError(file, f"{where}.{name}", f"expected a number from {lo:g} to {hi:g}, got {v!r}")
-        if name in _INTEGERS and v != int(v):
-            raise ConfigError(file, f"{where}.{name}", f"expected a whole number, got {v!r}")
-        out[name] = float(v)
+        out[name] = _checked(raw[name], TILE_LIMITS[name], name, file, where)
     for name in ("sm_count", "tile_m", "tile_n"):
         if name not in given:
             raise ConfigError(file, f"{where}.{name}", "missing: the tile/wave term needs sm_count, "
@@ -154,13 +158,7 @@ def regime_params_from_dict(raw: dict, file: str, where: str) -> dict[str, float
         if name not in given:
             raise ConfigError(file, f"{where}.{name}", "missing: the kernel regimes need "
                               + ", ".join(REGIME_PARAMS) + " together")
-        v = raw[name]
-        lo, hi = REGIME_LIMITS[name]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:  # NaN fails too
-            raise ConfigError(file, f"{where}.{name}", f"expected a number from {lo:g} to {hi:g}, got {v!r}")
-        if name in _INTEGERS and v != int(v):
-            raise ConfigError(file, f"{where}.{name}", f"expected a whole number, got {v!r}")
-        out[name] = float(v)
+        out[name] = _checked(raw[name], REGIME_LIMITS[name], name, file, where)
     if raw.get("sm_count") is None:
         raise ConfigError(file, f"{where}.sm_count", "missing: the kernel regimes need the tile/wave term "
                           "(sm_count, tile_m, tile_n)")
