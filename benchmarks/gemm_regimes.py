@@ -24,7 +24,7 @@ timings with m <= 4096 (the token range of a serving step and of the other model
 
     python benchmarks/gemm_regimes.py [--csv PATH] [--all-m] [--baseline]
 
-The project's fitted form took the regimes (sim/calib/gemm_tiles.py, microbench.fit.CUBLAS_REGIMES,
+The project's fitted form took the regimes (sim/calib/gemm_tiles.py, microbench.gemm_tiles.CUBLAS_REGIMES,
 fitted with the project's log-error loss on every token count: benchmarks/microbench_a100_gemm.py); this
 study's own loss and m <= 4096 training rows are kept to reproduce its figures (benchmarks/RESULTS.md,
 "Microbench fits", the regimes study).

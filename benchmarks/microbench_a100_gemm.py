@@ -8,9 +8,9 @@ license, data/profiling/compute/a100/*/mlp.csv). Steps:
    model's shapes with the analytic form (no grid: none of their shapes was measured),
    three times: the smooth roofline form (``old``), the form with cuBLAS's tile and wave
    quantisation (``tiles``: sim/calib/gemm_tiles.py; the A100's 108 SMs from its datasheet,
-   the tile chosen among microbench.fit.CUBLAS_TILES by the training loss) and the same with
+   the tile chosen among microbench.gemm_tiles.CUBLAS_TILES by the training loss) and the same with
    cuBLAS-like kernel regimes (``regimes``: tile height and efficiency by token count,
-   microbench.fit.CUBLAS_REGIMES; what ``microbench calibrate`` fits on a GPU); per model and
+   microbench.gemm_tiles.CUBLAS_REGIMES; what ``microbench calibrate`` fits on a GPU); per model and
    the mean over the seven held-out models;
 2. the same fitted on two models (Llama-3-8B and phi-2), predicting the other six;
 3. fit on all eight models (5-fold by shape, regimes form) and, with ``--write``, store that fit as
@@ -58,7 +58,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from microbench.fit import CUBLAS_REGIMES, GemmTiles, describe, fit, fit_kernel, fit_params, mape
+from microbench.fit import describe, fit, fit_kernel, fit_params, mape
+from microbench.gemm_tiles import CUBLAS_REGIMES, GemmTiles
 from sim.calib.calibration import calibration_to_dict, load_calibration
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -195,7 +195,8 @@ def calibrate(argv: list[str], *, device_arg: str, models: list[str] | None, qui
     import yaml  # noqa: PLC0415
 
     from microbench.compose import describe_composition  # noqa: PLC0415
-    from microbench.fit import describe, device_gemm_tiles, fit  # noqa: PLC0415
+    from microbench.fit import describe, fit  # noqa: PLC0415
+    from microbench.gemm_tiles import device_gemm_tiles  # noqa: PLC0415
     from microbench.interconnect_step import interconnect_step, with_interconnect  # noqa: PLC0415
     from sim.calib.calibration import calibration_to_dict  # noqa: PLC0415
     from sim.model.hf_config import load_model  # noqa: PLC0415

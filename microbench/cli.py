@@ -99,7 +99,8 @@ def _fit(args) -> int:
     import yaml  # noqa: PLC0415
 
     from microbench.compose import describe_composition  # noqa: PLC0415
-    from microbench.fit import describe, device_gemm_tiles, fit  # noqa: PLC0415
+    from microbench.fit import describe, fit  # noqa: PLC0415
+    from microbench.gemm_tiles import device_gemm_tiles  # noqa: PLC0415
     from microbench.peaks import describe_precision  # noqa: PLC0415
     from microbench.records import read_jsonl  # noqa: PLC0415
     from sim.calib.calibration import calibration_to_dict, load_calibration  # noqa: PLC0415

@@ -6,8 +6,8 @@ by k-fold cross-validation *by shape* (all timings of one shape, i.e. all fields
 kernel's axis, are held out together and predicted by the analytic form alone, as a
 shape of an unseen model would be), and keeps the measurements as the interpolation grid.
 
-With ``tiles=GemmTiles(sm_count, candidates)`` the GEMM's form gains cuBLAS's tile and wave
-quantisation (sim/calib/gemm_tiles.py): the SM count is given (a datasheet fact), the tile
+With ``tiles=GemmTiles(sm_count, candidates)`` (microbench/gemm_tiles.py) the GEMM's form
+gains cuBLAS's tile and wave quantisation (sim/calib/gemm_tiles.py): the SM count is given (a datasheet fact), the tile
 shape is chosen among the candidates by the lowest training loss (each candidate fitted),
 and the wave-tail weight and per-tile k overhead are fitted with the other parameters.
 ``GemmTiles(..., regimes=CUBLAS_REGIMES)`` adds the kernel regimes (tile height and efficiency
@@ -23,10 +23,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import defaultdict
-from dataclasses import dataclass
 
 import numpy as np
 
+from microbench.gemm_tiles import REGIME_GIVENS, GemmTiles
 from microbench.peaks import fit_precision
 from sim.calib.calibration import Calibration, CalibrationSource
 from sim.errors import ConfigError
@@ -39,38 +39,6 @@ BOUNDS = {"bandwidth_bytes_per_s": (1e6, 1e15), "flops_per_s": (1e6, 1e17), "x_h
           "overhead_s": (1e-9, 1.0), "item_s": (1e-10, 1.0), "sharpness": (1.0, 30.0),
           "wave_tail": (1e-4, 1.0), "k_half": (1e-3, 1e5), "small_efficiency": (0.1, 2.0),
           "mid_efficiency": (0.1, 2.0)}  # a regime's kernels: at most twice the large-m ones' FLOP rate
-#: cuBLAS-like Ampere/Hopper tensor-core tiles (m: tokens x n: output features)
-CUBLAS_TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (64, 256), (128, 256), (256, 128))
-#: cuBLAS-like kernel regimes (small_max_m, small_tile_m, mid_max_m, mid_tile_m): skinny kernels on
-#: 64-row tiles up to 64 tokens, 64-row tiles to 256, the candidate tile above. Chosen on real A100
-#: linear-layer timings by training loss and 5-fold-by-shape cross-validation inside one model
-#: (benchmarks/gemm_regimes.py, benchmarks/RESULTS.md "the regimes study").
-CUBLAS_REGIMES = (64, 64, 256, 64)
-_REGIME_GIVENS = ("small_max_m", "small_tile_m", "mid_max_m", "mid_tile_m")
-
-
-@dataclass(frozen=True)
-class GemmTiles:
-    """The tile/wave term's givens: the GPU's SM count (datasheet) and the candidate tiles;
-    ``regimes``: the kernel regimes' bounds and tile heights (None: one tile for every m)."""
-
-    sm_count: int
-    candidates: tuple[tuple[int, int], ...] = CUBLAS_TILES
-    regimes: tuple[int, int, int, int] | None = None
-
-
-def device_gemm_tiles(device: dict | None) -> GemmTiles | None:
-    """The GEMM's tile/wave term with the kernel regimes for a measured GPU: its SM count from
-    the device record's provenance (``microbench calibrate`` writes torch's multi_processor_count);
-    None for a CPU or a record without it (the smooth roofline form)."""
-    raw = ((device or {}).get("provenance") or {}).get("sm_count")
-    try:
-        sms = int(str(raw))
-    except ValueError:
-        return None
-    return GemmTiles(sm_count=sms, regimes=CUBLAS_REGIMES) if 0 < sms <= 10_000 else None
-
-
 def _arrays(kernel: str, records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     feats = np.array([features(kernel, r) for r in records], dtype=float)  # bytes, flops, items, x
     return feats, np.array([r["time_s"] for r in records], dtype=float)
@@ -137,7 +105,7 @@ def fit_params(kernel: str, records: list[dict], tiles: GemmTiles | None = None)
     for tm, tn in tiles.candidates:
         fixed = {"sm_count": float(tiles.sm_count), "tile_m": float(tm), "tile_n": float(tn)}
         if tiles.regimes is not None:
-            fixed.update(zip(_REGIME_GIVENS, map(float, tiles.regimes)))
+            fixed.update(zip(REGIME_GIVENS, map(float, tiles.regimes)))
         params, cost = _fit_params(kernel, records, fixed)
         if best is None or cost < best[1]:
             best = params, cost

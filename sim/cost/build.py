@@ -9,7 +9,8 @@ from sim.calib.calibration import Calibration
 from sim.cost.base import CostModel
 from sim.cost.datasheet import build_datasheet_cost
 from sim.cost.fitted import build_fitted_cost
-from sim.cost.profile import EngineProfile, GraphMode, ProfiledCost
+from sim.cost.profile import EngineProfile, GraphMode
+from sim.cost.profiled import ProfiledCost
 from sim.errors import ConfigError
 from sim.model.parallel import shard_model
 from sim.model.spec import KVDtype, ModelSpec

@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from microbench.fit import CUBLAS_REGIMES, GemmTiles, device_gemm_tiles, fit, fit_kernel, fit_params, mape
+from microbench.fit import fit, fit_kernel, fit_params, mape
+from microbench.gemm_tiles import CUBLAS_REGIMES, GemmTiles, device_gemm_tiles
 from sim.calib.calibration import calibration_from_dict, calibration_to_dict, load_calibration
 from sim.calib.kernel_models import KernelFit
 

@@ -8,7 +8,8 @@ import pytest
 
 from sim.calib.calibration import load_calibration
 from sim.cost.build import build_cost_model, build_profiled_cost
-from sim.cost.profile import GRAPH_KERNEL_S, PROFILES, GraphMode, ProfiledCost, vllm_capture_sizes, v0_capture_sizes
+from sim.cost.profile import GRAPH_KERNEL_S, PROFILES, GraphMode, vllm_capture_sizes, v0_capture_sizes
+from sim.cost.profiled import ProfiledCost
 from sim.cost.shape import BatchShape
 from sim.model.hf_config import load_model
 
