@@ -43,6 +43,22 @@ def test_enough_runnable_cases_per_family():
     assert len({c.id for c in CASES}) == len(CASES)
 
 
+def test_the_suites_profile_list_is_the_simulators():
+    from sim.cost.profile import PROFILES
+
+    assert set(suite.PROFILES) == set(PROFILES)
+
+
+def test_tensorrt_llm_cases_model_the_backend_their_source_ran():
+    """The PyTorch backend's Python executor (trtllm-pytorch) for the runs its source says used it, the
+    TensorRT engine's C++ executor (trtllm) for the others."""
+    trt = [c for c in CASES if c.profile in ("trtllm", "trtllm-pytorch")]
+    pytorch = [c for c in trt if "pytorch backend" in c.engine_version.lower()]
+    assert len(pytorch) >= 140
+    assert all(c.profile == "trtllm-pytorch" for c in pytorch)
+    assert all(c.profile == "trtllm" for c in trt if c not in pytorch)
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_case_validates_and_loads_as_a_scenario(case):
     assert case.citation["url"].startswith("https://")
