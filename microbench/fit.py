@@ -7,9 +7,10 @@ kernel's axis, are held out together and predicted by the analytic form alone, a
 shape of an unseen model would be), and keeps the measurements as the interpolation grid.
 
 With ``tiles=GemmTiles(sm_count, candidates)`` (microbench/gemm_tiles.py) the GEMM's form
-gains cuBLAS's tile and wave quantisation (sim/calib/gemm_tiles.py): the SM count is given (a datasheet fact), the tile
-shape is chosen among the candidates by the lowest training loss (each candidate fitted),
-and the wave-tail weight and per-tile k overhead are fitted with the other parameters.
+gains cuBLAS's tile and wave quantisation (sim/calib/gemm_tiles.py): the SM count is given
+(a datasheet fact), the tile shape is chosen among the candidates by the lowest training
+loss (each candidate fitted), and the wave-tail weight and per-tile k overhead are fitted
+with the other parameters.
 ``GemmTiles(..., regimes=CUBLAS_REGIMES)`` adds the kernel regimes (tile height and efficiency
 by token count): their bounds and tile heights given, the two efficiencies fitted, the
 candidate tile then being the large-m regime's.
@@ -39,6 +40,8 @@ BOUNDS = {"bandwidth_bytes_per_s": (1e6, 1e15), "flops_per_s": (1e6, 1e17), "x_h
           "overhead_s": (1e-9, 1.0), "item_s": (1e-10, 1.0), "sharpness": (1.0, 30.0),
           "wave_tail": (1e-4, 1.0), "k_half": (1e-3, 1e5), "small_efficiency": (0.1, 2.0),
           "mid_efficiency": (0.1, 2.0)}  # a regime's kernels: at most twice the large-m ones' FLOP rate
+
+
 def _arrays(kernel: str, records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     feats = np.array([features(kernel, r) for r in records], dtype=float)  # bytes, flops, items, x
     return feats, np.array([r["time_s"] for r in records], dtype=float)

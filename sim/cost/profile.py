@@ -193,6 +193,14 @@ _FRONTEND_TOKEN_S = 80e-6
 #: (rows -1.3%, +0.0%, +13.4%) with the A100's measured bandwidth_efficiency 0.79 (its calibration).
 _TINYGEMM_INT4 = 0.56
 
+# TensorRT-LLM: in-flight batching in a C++ executor (small host time per step), decode graphs,
+# overlapped scheduling, KV block reuse on, chunked context off, GUARANTEED_NO_EVICT admission.
+_TRTLLM = EngineProfile(
+    ProfileName.TRTLLM, graph_mode=GraphMode.DECODE, step_host_s=_CPP_STEP_HOST_S,
+    async_scheduling=True, prefix_caching=True, reserve_full_length=True,
+    frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
+    custom_allreduce_bytes=coll.TRTLLM_CUSTOM_ALLREDUCE)
+
 PROFILES: dict[str, EngineProfile] = {
     ProfileName.EAGER: EngineProfile(ProfileName.EAGER, uses_calibration_overhead=True),
     # vLLM V1 engine, current release: cudagraph_mode FULL_AND_PIECEWISE, chunked prefill and prefix
@@ -220,22 +228,13 @@ PROFILES: dict[str, EngineProfile] = {
         seq_host_s=_PY_SEQ_HOST_S, async_scheduling=True, chunked_prefill=True, prefix_caching=True,
         frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
         custom_allreduce_bytes=coll.VLLM_CUSTOM_ALLREDUCE),
-    # TensorRT-LLM: in-flight batching in a C++ executor (small host time per step), decode graphs,
-    # overlapped scheduling, KV block reuse on, chunked context off, GUARANTEED_NO_EVICT admission.
-    ProfileName.TRTLLM: EngineProfile(
-        ProfileName.TRTLLM, graph_mode=GraphMode.DECODE, step_host_s=_CPP_STEP_HOST_S,
-        async_scheduling=True, prefix_caching=True, reserve_full_length=True,
-        frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
-        custom_allreduce_bytes=coll.TRTLLM_CUSTOM_ALLREDUCE),
+    ProfileName.TRTLLM: _TRTLLM,
     # TensorRT-LLM's PyTorch backend (``--backend pytorch``, the default since 1.0): the same kernels,
     # graphs, overlap scheduler and admission, driven by a Python executor loop (PyExecutor) that
     # does per-request work each step as vLLM's and SGLang's loops do: their fitted per-sequence
     # host time (_PY_SEQ_HOST_S), the C++ executor's per-step time kept (no separate fit).
-    ProfileName.TRTLLM_PYTORCH: EngineProfile(
-        ProfileName.TRTLLM_PYTORCH, graph_mode=GraphMode.DECODE, step_host_s=_CPP_STEP_HOST_S,
-        seq_host_s=_PY_SEQ_HOST_S, async_scheduling=True, prefix_caching=True, reserve_full_length=True,
-        frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
-        custom_allreduce_bytes=coll.TRTLLM_CUSTOM_ALLREDUCE),
+    ProfileName.TRTLLM_PYTORCH: dataclasses.replace(_TRTLLM, name=ProfileName.TRTLLM_PYTORCH,
+                                                    seq_host_s=_PY_SEQ_HOST_S),
     # A compiled single-stream decoder: every decode step one CUDA-graph replay from a loop
     # with next to no host work, no scheduler, no front end (gpt-fast's torch.compile
     # "reduce-overhead" mode; llama.cpp's CUDA backend, with graph_mode none before its

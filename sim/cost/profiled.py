@@ -71,8 +71,6 @@ class ProfiledCost:
         return lambda kv: device(kv) + host
 
     def _host_s(self, num_seqs: int) -> float:
-        if self.host_ranks == 1:
-            return self.step_host_s + self.seq_host_s * num_seqs
         return self.step_host_s + self.seq_host_s * -(-num_seqs // self.host_ranks)
 
     def host_time_s(self, shape: BatchShape) -> float:
