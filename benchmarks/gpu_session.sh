@@ -4,7 +4,11 @@
 #   2. microbench calibrate --gpu 0 --quick (Llama-3-8B shapes) -> $OUT/calibration.yaml; its
 #      interconnect step times NCCL all-reduce/all-gather/send-recv when 2+ GPUs are visible
 #      (-> $OUT/calibration.interconnect.jsonl), and on one GPU says so and keeps the datasheet's
-#   3. sim validate on the GPU with that calibration -> $OUT/validate/
+#   3. the eight reference models' linear layers timed with cuBLAS in this one session
+#      (gemm_models_gpu.py, 90 s of measuring) -> $OUT/linear_layers.csv (+ .device.json); the
+#      held-out-model analysis runs afterwards on the dev machine:
+#      python benchmarks/gemm_models_gpu.py --analyze <files>/linear_layers.csv
+#   4. sim validate on the GPU with that calibration -> $OUT/validate/
 # Prepare on the dev machine: bash benchmarks/gpu_wheels.sh; then run this on the device
 # with carry [".gpu-wheels"]. Each stage has its own time limit and the next one runs
 # even if it fails; the summary table is printed last. Results land in $OUT.
@@ -17,17 +21,20 @@ python3 -m pip install -q --no-index --find-links .gpu-wheels --target .gpu-site
 export PYTHONPATH="$PWD:$PWD/.gpu-site${PYTHONPATH:+:$PYTHONPATH}"
 { nvidia-smi; python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"; } \
     > "$OUT/device.txt" 2>&1
-timeout 170 python3 benchmarks/kernels_gpu.py --json "$OUT/kernels.json" > "$OUT/kernels.txt" 2>&1
+timeout 110 python3 benchmarks/kernels_gpu.py --json "$OUT/kernels.json" > "$OUT/kernels.txt" 2>&1
 echo "kernels_gpu: exit $?" >> "$OUT/status.txt"
-timeout 200 python3 -m microbench.cli calibrate --gpu 0 --quick --no-progress \
+timeout 180 python3 -m microbench.cli calibrate --gpu 0 --quick --no-progress \
     --out "$OUT/calibration.yaml" > "$OUT/calibrate.txt" 2>&1
 echo "calibrate: exit $?" >> "$OUT/status.txt"
 { grep -m1 "^interconnect:" "$OUT/calibrate.txt" || echo "no interconnect line in calibrate.txt"
   python3 -c "import sys, yaml; print('interconnect section:', (yaml.safe_load(open(sys.argv[1])) or {}).get('interconnect'))" \
       "$OUT/calibration.yaml"; } > "$OUT/interconnect.txt" 2>&1
+timeout 110 python3 benchmarks/gemm_models_gpu.py --out "$OUT/linear_layers.csv" --budget-s 90 --no-analysis \
+    > "$OUT/gemm_models.txt" 2>&1
+echo "gemm_models: exit $? ($(($(wc -l < "$OUT/linear_layers.csv" 2>/dev/null || echo 1) - 1)) timings)" >> "$OUT/status.txt"
 CAL="$OUT/calibration.yaml"; [ -f "$CAL" ] || CAL=h200
-timeout 170 python3 -m sim.cli validate scenarios/validate-gpu.yaml --device cuda:0 \
+timeout 130 python3 -m sim.cli validate scenarios/validate-gpu.yaml --device cuda:0 \
     --calibration "$CAL" --out "$OUT/validate" > "$OUT/validate.txt" 2>&1
 echo "validate: exit $?" >> "$OUT/status.txt"
 cat "$OUT/device.txt" | head -20; tail -25 "$OUT/kernels.txt"; tail -15 "$OUT/calibrate.txt"
-cat "$OUT/interconnect.txt"; tail -20 "$OUT/validate.txt"; cat "$OUT/status.txt"
+cat "$OUT/interconnect.txt"; tail -3 "$OUT/gemm_models.txt"; tail -20 "$OUT/validate.txt"; cat "$OUT/status.txt"

@@ -42,7 +42,12 @@ shape to shape.
 With ``--lomo`` it also leaves one model out in turn (fitted on the other seven's timings): one tile
 6.31%, regimes 5.92% mean over the eight models.
 
+The same analysis runs on any CSV of this format: ``benchmarks/gemm_models_gpu.py`` measures the eight models'
+shapes on the GPU at hand in one session and calls it with that GPU's SM count and peaks (``--sms``,
+``--peak-bw``, ``--peak-flops``; ``--write`` is for the A100 data only).
+
     python benchmarks/microbench_a100_gemm.py [--csv PATH] [--write] [--floor] [--datasheet] [--lomo]
+        [--sms N --peak-bw B/s --peak-flops FLOP/s --label NAME]
 """
 
 from __future__ import annotations
@@ -74,8 +79,29 @@ A100_80GB_PEAK_BW = 2.039e12
 A100_PEAK_FLOPS = 312e12
 #: Decode GEMMs: the token counts whose cost is the weights' read (batch 1 to 4)
 GEMV_MAX_M = 4
-TILES = GemmTiles(sm_count=A100_SMS)
-REGIMES = GemmTiles(sm_count=A100_SMS, regimes=CUBLAS_REGIMES)
+
+
+@dataclasses.dataclass(frozen=True)
+class Gpu:
+    """The card the timings come from: its SM count (the tile/wave term) and datasheet peaks
+    (the fractions printed by ``--datasheet``)."""
+
+    label: str = "A100-80GB"
+    sms: int = A100_SMS
+    peak_bw: float = A100_80GB_PEAK_BW
+    peak_flops: float = A100_PEAK_FLOPS
+
+    @property
+    def tiles(self) -> GemmTiles:
+        return GemmTiles(sm_count=self.sms)
+
+    @property
+    def regimes(self) -> GemmTiles:
+        return GemmTiles(sm_count=self.sms, regimes=CUBLAS_REGIMES)
+
+
+A100 = Gpu()
+TILES, REGIMES = A100.tiles, A100.regimes
 
 
 def load(path: Path) -> dict[str, list[dict]]:
@@ -90,11 +116,11 @@ def load(path: Path) -> dict[str, list[dict]]:
     return by_model
 
 
-def print_floor(by_model: dict[str, list[dict]]) -> None:
-    """Per model: the tile form (Llama-3-8B's tile) fitted to each (n, k) shape alone, its
+def print_floor(by_model: dict[str, list[dict]], gpu: Gpu = A100, train: str = TRAIN) -> None:
+    """Per model: the tile form (the training model's tile) fitted to each (n, k) shape alone, its
     in-sample MAPE over the model's timings: the best any shared parameters could do."""
-    tile = fit_params("gemm", by_model[TRAIN], TILES)
-    one = GemmTiles(sm_count=A100_SMS, candidates=((int(tile["tile_m"]), int(tile["tile_n"])),))
+    tile = fit_params("gemm", by_model[train], gpu.tiles)
+    one = GemmTiles(sm_count=gpu.sms, candidates=((int(tile["tile_m"]), int(tile["tile_n"])),))
     print(f"error floor (the tile form, tile {one.candidates[0][0]}x{one.candidates[0][1]}, fitted per shape)")
     for model, recs in sorted(by_model.items()):
         shapes: dict[tuple, list[dict]] = {}
@@ -104,18 +130,20 @@ def print_floor(by_model: dict[str, list[dict]]) -> None:
         print(f"  {model:<40} {len(shapes):3d} shapes  floor {total / len(recs):6.2%}")
 
 
-def print_lomo(by_model: dict[str, list[dict]]) -> None:
-    """Leave one model out: each model predicted by the form fitted on the other seven's timings."""
+def print_lomo(by_model: dict[str, list[dict]], gpu: Gpu = A100) -> dict[str, float]:
+    """Leave one model out: each model predicted by the form fitted on the other models' timings;
+    returns the mean MAPE per form."""
     print("leave one model out (fitted on the other models, analytic form)")
     means = {}
-    for label, tiles in (("tiles", TILES), ("regimes", REGIMES)):
+    for label, tiles in (("tiles", gpu.tiles), ("regimes", gpu.regimes)):
         errs = []
         for held in sorted(by_model):
             train = [r for model, recs in by_model.items() if model != held for r in recs]
             errs.append(mape(fit_params("gemm", train, tiles), "gemm", by_model[held]))
             print(f"  {label:<7} {held:<40} {errs[-1]:6.2%}")
         means[label] = sum(errs) / len(errs)
-    print("  mean over the 8 models: " + ", ".join(f"{k} {v:.2%}" for k, v in means.items()))
+    print(f"  mean over the {len(by_model)} models: " + ", ".join(f"{k} {v:.2%}" for k, v in means.items()))
+    return means
 
 
 def gemv_fit(recs: list[dict]) -> tuple[float, float, float]:
@@ -128,20 +156,44 @@ def gemv_fit(recs: list[dict]) -> tuple[float, float, float]:
     return float(t0), float(1.0 / per_byte), float(np.mean(np.abs(a @ (t0, per_byte) - 1.0)))
 
 
-def print_datasheet(by_model: dict[str, list[dict]]) -> None:
+def print_datasheet(by_model: dict[str, list[dict]], gpu: Gpu = A100, train: str = TRAIN) -> None:
     """The weight-read bandwidth of decode GEMMs (m <= GEMV_MAX_M), pooled and per model, and
     the datasheet form fitted on the training model (module docstring)."""
     small = {model: [r for r in recs if r["m"] <= GEMV_MAX_M] for model, recs in sorted(by_model.items())}
+    small = {model: recs for model, recs in small.items() if len(recs) >= 2}
     print(f"decode GEMMs (m <= {GEMV_MAX_M}): t = t0 + bytes / bandwidth "
-          f"(fraction of the A100-80GB's {A100_80GB_PEAK_BW / 1e9:,.0f} GB/s)")
+          f"(fraction of the {gpu.label}'s {gpu.peak_bw / 1e9:,.0f} GB/s)")
     for label, recs in (("all models", [r for rs in small.values() for r in rs]), *small.items()):
         t0, bw, err = gemv_fit(recs)
         print(f"  {label:<40} {len(recs):4d} timings  t0 {t0 * 1e6:5.2f} us  {bw / 1e9:6,.0f} GB/s "
-              f"({bw / A100_80GB_PEAK_BW:.3f})  MAPE {err:5.2%}")
-    p = fit_params("gemm", by_model[TRAIN])  # the smooth roofline: sim/cost/datasheet.py's GEMM form
-    print(f"datasheet form fitted on {TRAIN}: {p['flops_per_s'] / 1e12:.1f} TFLOP/s (eff_max "
-          f"{p['flops_per_s'] / A100_PEAK_FLOPS:.3f} of {A100_PEAK_FLOPS / 1e12:.0f}), m_half {p['x_half']:.1f}, "
+              f"({bw / gpu.peak_bw:.3f})  MAPE {err:5.2%}")
+    p = fit_params("gemm", by_model[train])  # the smooth roofline: sim/cost/datasheet.py's GEMM form
+    print(f"datasheet form fitted on {train}: {p['flops_per_s'] / 1e12:.1f} TFLOP/s (eff_max "
+          f"{p['flops_per_s'] / gpu.peak_flops:.3f} of {gpu.peak_flops / 1e12:.0f}), m_half {p['x_half']:.1f}, "
           f"sharpness {p['sharpness']:.2f}")
+
+
+def print_held_out(by_model: dict[str, list[dict]], trained_on: tuple[str, ...], gpu: Gpu = A100) -> dict[str, float]:
+    """Fit the three forms on ``trained_on``'s timings and print every model's MAPE; returns the
+    mean over the held-out models per form."""
+    recs = [r for model in trained_on for r in by_model[model]]
+    forms = {"old": fit_kernel("gemm", recs, grid=False, folds=0),
+             "tiles": fit_kernel("gemm", recs, grid=False, folds=0, tiles=gpu.tiles),
+             "regimes": fit_kernel("gemm", recs, grid=False, folds=0, tiles=gpu.regimes)}
+    print(f"fit on {' + '.join(trained_on)} ({len(recs)} timings):")
+    for label, f in forms.items():
+        print(f"  {label:<7} {describe(f)}")
+    print(f"  {'predicted model (analytic form)':<40} {'timings':>7}" + "".join(f"  {k:>7}" for k in forms))
+    held = []
+    for model, model_recs in sorted(by_model.items()):
+        errs = [mape(f.params, "gemm", model_recs) for f in forms.values()]
+        if model not in trained_on:
+            held.append(errs)
+        tag = "  (training)" if model in trained_on else "  <- target" if model == HELD_OUT else ""
+        print(f"  {model:<40} {len(model_recs):7d}" + "".join(f"  {e:7.2%}" for e in errs) + tag)
+    means = {k: sum(e[i] for e in held) / max(1, len(held)) for i, k in enumerate(forms)}
+    print(f"  {f'mean over the {len(held)} held-out models':<40} {'':>7}" + "".join(f"  {e:7.2%}" for e in means.values()))
+    return means
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,33 +205,30 @@ def main(argv: list[str] | None = None) -> int:
                     help="print the numbers the A100 datasheet calibrations take from these timings first")
     ap.add_argument("--lomo", action="store_true",
                     help="also leave one model out: fit on the other seven, predict it (one tile and regimes)")
+    ap.add_argument("--sms", type=int, default=A100.sms, help="the GPU's SM count (default: the A100's 108)")
+    ap.add_argument("--peak-bw", type=float, default=A100.peak_bw, help="datasheet memory bandwidth, bytes/s")
+    ap.add_argument("--peak-flops", type=float, default=A100.peak_flops, help="datasheet fp16 dense peak, FLOP/s")
+    ap.add_argument("--label", default=A100.label, help="the GPU's name in the printout")
     args = ap.parse_args(argv)
     start = time.perf_counter()
+    gpu = Gpu(args.label, args.sms, args.peak_bw, args.peak_flops)
+    if args.write and gpu != A100:
+        ap.error("--write stores the A100 data's fit; it takes no --sms/--peak-bw/--peak-flops/--label")
     by_model = load(args.csv)
+    if TRAIN not in by_model:
+        ap.error(f"{args.csv}: no timings of the training model {TRAIN}")
     if args.datasheet:
-        print_datasheet(by_model)
+        print_datasheet(by_model, gpu)
     if args.floor:
-        print_floor(by_model)
+        print_floor(by_model, gpu)
     for trained_on in ((TRAIN,), (TRAIN, SECOND)):
-        recs = [r for model in trained_on for r in by_model[model]]
-        forms = {"old": fit_kernel("gemm", recs, grid=False, folds=0),
-                 "tiles": fit_kernel("gemm", recs, grid=False, folds=0, tiles=TILES),
-                 "regimes": fit_kernel("gemm", recs, grid=False, folds=0, tiles=REGIMES)}
-        print(f"fit on {' + '.join(trained_on)} ({len(recs)} timings):")
-        for label, f in forms.items():
-            print(f"  {label:<7} {describe(f)}")
-        print(f"  {'predicted model (analytic form)':<40} {'timings':>7}" + "".join(f"  {k:>7}" for k in forms))
-        held = []
-        for model, model_recs in sorted(by_model.items()):
-            errs = [mape(f.params, "gemm", model_recs) for f in forms.values()]
-            if model not in trained_on:
-                held.append(errs)
-            tag = "  (training)" if model in trained_on else "  <- target" if model == HELD_OUT else ""
-            print(f"  {model:<40} {len(model_recs):7d}" + "".join(f"  {e:7.2%}" for e in errs) + tag)
-        means = [sum(e[i] for e in held) / len(held) for i in range(len(forms))]
-        print(f"  {f'mean over the {len(held)} held-out models':<40} {'':>7}" + "".join(f"  {e:7.2%}" for e in means))
+        if all(model in by_model for model in trained_on):
+            print_held_out(by_model, trained_on, gpu)
     if args.lomo:
-        print_lomo(by_model)
+        print_lomo(by_model, gpu)
+    if gpu != A100:
+        print(f"wall time {time.perf_counter() - start:.0f} s")
+        return 0
     everything = [r for recs in by_model.values() for r in recs]
     base = load_calibration("a100-80gb")
     device = {"name": "a100-vidur-linear", "gpu_name": "NVIDIA A100 (Vidur profiling data)",
