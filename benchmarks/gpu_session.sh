@@ -12,29 +12,39 @@
 # Prepare on the dev machine: bash benchmarks/gpu_wheels.sh; then run this on the device
 # with carry [".gpu-wheels"]. Each stage has its own time limit and the next one runs
 # even if it fails; the summary table is printed last. Results land in $OUT.
+# DRY_RUN=1 runs every stage on the CPU with tiny sizes (the tests do): it checks the
+# commands and their flags, so a lent GPU's minutes are not lost to a typo; no numbers.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kvsim-gpu}
+PY=${PYTHON:-python3}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --find-links .gpu-wheels --target .gpu-site simpy pydantic plotly \
-    > "$OUT/pip.txt" 2>&1 || echo "pip install from .gpu-wheels failed: see pip.txt"
+if [ -n "${DRY_RUN:-}" ]; then
+    KERNELS=(--dry-run); CALIBRATE=(--device cpu --quick); GEMMS=(--device cpu --models microsoft/phi-2 --m 1,2)
+    VALIDATE=(scenarios/validate-cpu.yaml --device cpu --no-warmup --no-drift-check --set workload.num_requests=4)
+else
+    KERNELS=(); CALIBRATE=(--gpu 0 --quick); GEMMS=(--device cuda:0)
+    VALIDATE=(scenarios/validate-gpu.yaml --device cuda:0)
+    $PY -m pip install -q --no-index --find-links .gpu-wheels --target .gpu-site simpy pydantic plotly \
+        > "$OUT/pip.txt" 2>&1 || echo "pip install from .gpu-wheels failed: see pip.txt"
+fi
 export PYTHONPATH="$PWD:$PWD/.gpu-site${PYTHONPATH:+:$PYTHONPATH}"
-{ nvidia-smi; python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"; } \
+{ nvidia-smi; $PY -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"; } \
     > "$OUT/device.txt" 2>&1
-timeout 110 python3 benchmarks/kernels_gpu.py --json "$OUT/kernels.json" > "$OUT/kernels.txt" 2>&1
+timeout 110 $PY benchmarks/kernels_gpu.py "${KERNELS[@]}" --json "$OUT/kernels.json" > "$OUT/kernels.txt" 2>&1
 echo "kernels_gpu: exit $?" >> "$OUT/status.txt"
-timeout 180 python3 -m microbench.cli calibrate --gpu 0 --quick --no-progress \
+timeout 180 $PY -m microbench.cli calibrate "${CALIBRATE[@]}" --no-progress \
     --out "$OUT/calibration.yaml" > "$OUT/calibrate.txt" 2>&1
 echo "calibrate: exit $?" >> "$OUT/status.txt"
 { grep -m1 "^interconnect:" "$OUT/calibrate.txt" || echo "no interconnect line in calibrate.txt"
-  python3 -c "import sys, yaml; print('interconnect section:', (yaml.safe_load(open(sys.argv[1])) or {}).get('interconnect'))" \
+  $PY -c "import sys, yaml; print('interconnect section:', (yaml.safe_load(open(sys.argv[1])) or {}).get('interconnect'))" \
       "$OUT/calibration.yaml"; } > "$OUT/interconnect.txt" 2>&1
-timeout 110 python3 benchmarks/gemm_models_gpu.py --out "$OUT/linear_layers.csv" --budget-s 90 --no-analysis \
+timeout 110 $PY benchmarks/gemm_models_gpu.py "${GEMMS[@]}" --out "$OUT/linear_layers.csv" --budget-s 90 --no-analysis \
     > "$OUT/gemm_models.txt" 2>&1
 echo "gemm_models: exit $? ($(($(wc -l < "$OUT/linear_layers.csv" 2>/dev/null || echo 1) - 1)) timings)" >> "$OUT/status.txt"
 CAL="$OUT/calibration.yaml"; [ -f "$CAL" ] || CAL=h200
-timeout 130 python3 -m sim.cli validate scenarios/validate-gpu.yaml --device cuda:0 \
-    --calibration "$CAL" --out "$OUT/validate" > "$OUT/validate.txt" 2>&1
+timeout 130 $PY -m sim.cli validate "${VALIDATE[@]}" \
+    --calibration "$CAL" --out "$OUT/validate" --force > "$OUT/validate.txt" 2>&1
 echo "validate: exit $?" >> "$OUT/status.txt"
 cat "$OUT/device.txt" | head -20; tail -25 "$OUT/kernels.txt"; tail -15 "$OUT/calibrate.txt"
 cat "$OUT/interconnect.txt"; tail -3 "$OUT/gemm_models.txt"; tail -20 "$OUT/validate.txt"; cat "$OUT/status.txt"
