@@ -41,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
+#: The published CSV's columns; here ``min_ms`` and ``max_ms`` hold the 20th and 80th percentiles.
 FIELDS = ("gpu", "model", "op", "num_tokens", "tp", "m", "n", "k", "dtype", "median_ms", "min_ms", "max_ms")
 
 
