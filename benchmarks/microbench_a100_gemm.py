@@ -101,7 +101,6 @@ class Gpu:
 
 
 A100 = Gpu()
-TILES, REGIMES = A100.tiles, A100.regimes
 
 
 def load(path: Path) -> dict[str, list[dict]]:
@@ -116,10 +115,10 @@ def load(path: Path) -> dict[str, list[dict]]:
     return by_model
 
 
-def print_floor(by_model: dict[str, list[dict]], gpu: Gpu = A100, train: str = TRAIN) -> None:
+def print_floor(by_model: dict[str, list[dict]], gpu: Gpu = A100) -> None:
     """Per model: the tile form (the training model's tile) fitted to each (n, k) shape alone, its
     in-sample MAPE over the model's timings: the best any shared parameters could do."""
-    tile = fit_params("gemm", by_model[train], gpu.tiles)
+    tile = fit_params("gemm", by_model[TRAIN], gpu.tiles)
     one = GemmTiles(sm_count=gpu.sms, candidates=((int(tile["tile_m"]), int(tile["tile_n"])),))
     print(f"error floor (the tile form, tile {one.candidates[0][0]}x{one.candidates[0][1]}, fitted per shape)")
     for model, recs in sorted(by_model.items()):
@@ -156,7 +155,7 @@ def gemv_fit(recs: list[dict]) -> tuple[float, float, float]:
     return float(t0), float(1.0 / per_byte), float(np.mean(np.abs(a @ (t0, per_byte) - 1.0)))
 
 
-def print_datasheet(by_model: dict[str, list[dict]], gpu: Gpu = A100, train: str = TRAIN) -> None:
+def print_datasheet(by_model: dict[str, list[dict]], gpu: Gpu = A100) -> None:
     """The weight-read bandwidth of decode GEMMs (m <= GEMV_MAX_M), pooled and per model, and
     the datasheet form fitted on the training model (module docstring)."""
     small = {model: [r for r in recs if r["m"] <= GEMV_MAX_M] for model, recs in sorted(by_model.items())}
@@ -167,8 +166,8 @@ def print_datasheet(by_model: dict[str, list[dict]], gpu: Gpu = A100, train: str
         t0, bw, err = gemv_fit(recs)
         print(f"  {label:<40} {len(recs):4d} timings  t0 {t0 * 1e6:5.2f} us  {bw / 1e9:6,.0f} GB/s "
               f"({bw / gpu.peak_bw:.3f})  MAPE {err:5.2%}")
-    p = fit_params("gemm", by_model[train])  # the smooth roofline: sim/cost/datasheet.py's GEMM form
-    print(f"datasheet form fitted on {train}: {p['flops_per_s'] / 1e12:.1f} TFLOP/s (eff_max "
+    p = fit_params("gemm", by_model[TRAIN])  # the smooth roofline: sim/cost/datasheet.py's GEMM form
+    print(f"datasheet form fitted on {TRAIN}: {p['flops_per_s'] / 1e12:.1f} TFLOP/s (eff_max "
           f"{p['flops_per_s'] / gpu.peak_flops:.3f} of {gpu.peak_flops / 1e12:.0f}), m_half {p['x_half']:.1f}, "
           f"sharpness {p['sharpness']:.2f}")
 
@@ -241,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                   "measurements": "shared/gpu-timings/a100_linear_layers.csv (not copied; 36,516 rows)",
                   "sm_count": f"{A100_SMS} (NVIDIA A100 datasheet); gemm tile/wave term and kernel regimes, "
                               "sim/calib/gemm_tiles.py"}}
-    cal = fit(everything, device=device, base=base, name="a100-vidur-linear", gemm_tiles=REGIMES)
+    cal = fit(everything, device=device, base=base, name="a100-vidur-linear", gemm_tiles=A100.regimes)
     cal = dataclasses.replace(cal, interconnect=base.interconnect, provenance={
         **cal.provenance, "interconnect": "not measured: the a100-80gb datasheet calibration's interconnect "
         "section (see its provenance)"})

@@ -9,10 +9,11 @@ each timed with CUDA events around one synchronized call, the mean of 100 after 
 times (its quantized kernel's centroid settings vary; the torch GEMV does not depend on them): four
 runs, whose median is used here and whose spread is printed.
 
-Each GPU's timings are fitted as t = t0 + bytes / bandwidth (least squares on relative error;
-bytes = the bf16 weights), over every shape and over the shapes of 30 MB and more, 100 MB and
-more (the small ones are mostly t0, which here holds the event and launch overheads of a
-synchronized call, not a graph replay's). The A100's fit is the check of the harness: the Vidur
+Each GPU's timings are fitted as t = t0 + bytes / bandwidth by ``microbench_a100_gemm.gemv_fit``
+(least squares on relative error; bytes = the 2-byte weights, the one-row input and output left
+out), over every shape and over the shapes of 30 MB and more, 100 MB and more (the small ones are
+mostly t0, which here holds the event and launch overheads of a synchronized call, not a graph
+replay's). The A100's fit is the check of the harness: the Vidur
 A100 timings (cuBLAS fp16, ``benchmarks/microbench_a100_gemm.py --datasheet``) give 0.79 of 2,039
 GB/s at 1-4 tokens, the figure ``calibrations/a100-80gb.yaml`` carries.
 
@@ -26,11 +27,10 @@ import statistics
 import sys
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
+from microbench_a100_gemm import gemv_fit  # noqa: E402
 from sim.calib.calibration import load_calibration  # noqa: E402
 
 DATA = Path(__file__).with_name("lcy_seso_bench_quant_gemv.csv")
@@ -50,12 +50,12 @@ def load(path: Path = DATA) -> dict[str, dict[tuple[int, int], list[float]]]:
 
 
 def fit(shapes: dict[tuple[int, int], list[float]], min_bytes: float = 0.0) -> tuple[float, float, int]:
-    """(t0 s, bandwidth bytes/s, shapes used) of t = t0 + bytes / bandwidth on the runs' medians."""
-    pts = [(2.0 * k * n, statistics.median(ts)) for (k, n), ts in shapes.items() if 2.0 * k * n >= min_bytes]
-    nbytes, t = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
-    a = np.vstack([np.ones_like(nbytes), nbytes]).T / t[:, None]
-    (t0, per_byte), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
-    return float(t0), float(1.0 / per_byte), len(pts)
+    """(t0 s, bandwidth bytes/s, shapes used) of t = t0 + bytes / bandwidth on the runs' medians
+    of the shapes whose weights are ``min_bytes`` or more."""
+    recs = [{"m": 0, "n": n, "k": k, "time_s": statistics.median(ts)}  # m 0: weight bytes only
+            for (k, n), ts in shapes.items() if 2.0 * k * n >= min_bytes]
+    t0, bw, _ = gemv_fit(recs)
+    return t0, bw, len(recs)
 
 
 def main() -> int:
