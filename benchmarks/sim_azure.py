@@ -22,7 +22,7 @@ import simpy
 
 from sim import __version__
 from sim.engine.simulation import Simulation
-from sim.engine.metrics import summarize
+from sim.engine.logs.metrics import summarize
 from sim.config.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent

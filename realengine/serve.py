@@ -1,5 +1,5 @@
 """The real engine serving a workload: arrivals on the wall clock, every step the shared
-:class:`sim.engine.step.EngineStep`, batches run by the step executor.
+:class:`sim.engine.step.engine_step.EngineStep`, batches run by the step executor.
 
 The scheduler, allocator, workload and engine step are the simulator's own objects (built by
 ``sim.engine.parts.build_parts``), so the real engine decides exactly as the simulated one
@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from sim.engine.metrics import StepLog
+from sim.engine.logs.metrics import StepLog
 from sim.engine.parts import EngineParts, SessionDriver
-from sim.engine.step import EngineStep, Wait, WaitKind
+from sim.engine.step.engine_step import EngineStep, Wait, WaitKind
 from sim.sched.output import SchedulerOutput
 
 

@@ -77,7 +77,7 @@ class Request:
         self.admit_seq = -1  # order of the latest admission: the recompute victim is the max
         self.prefix_len = 0  # shared-system-prompt tokens (for reporting)
         # When the client received the first and the last token through a modelled front end
-        # (sim/engine/frontend.py); None without one (the client sees the engine's times).
+        # (sim/engine/step/frontend.py); None without one (the client sees the engine's times).
         self.client_first_s: float | None = None
         self.client_last_s: float | None = None
         # Set by the paged allocator: while ``num_computed_tokens + num_new_tokens <=

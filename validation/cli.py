@@ -105,7 +105,7 @@ def run_validate(args) -> int:
     if importlib.util.find_spec("torch") is None:
         raise ConfigError("<cli>", "validate", "needs torch: pip install -e '.[gpu]'")
     from sim.engine.simulation import SimResult
-    from sim.engine.metrics import summarize
+    from sim.engine.logs.metrics import summarize
     from sim.outputs.files import VALIDATE_FILES, prepare_out_dir, safe_name, write_outputs
     from sim.config.scenario import load_scenario
     from realengine.model import make_model

@@ -27,7 +27,7 @@ from realengine.serve import ExecutorRunner, RealRun, serve
 from sim.calib.composition import IDLE_THRESHOLD_S
 from sim.config.scenario import Scenario
 from sim.engine.parts import build_parts
-from sim.engine.predict import after_idle_replay_s, kernel_sum_cost, predicted_step_s, predicted_transfer_s
+from sim.engine.step.predict import after_idle_replay_s, kernel_sum_cost, predicted_step_s, predicted_transfer_s
 from sim.engine.simulation import SimResult, Simulation
 from sim.sched.output import SchedulerOutput
 

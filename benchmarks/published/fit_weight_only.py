@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from sim.config.scenario import parse_scenario  # noqa: E402
 from sim.cost import profile as prof  # noqa: E402
-from sim.engine.metrics import summarize  # noqa: E402
+from sim.engine.logs.metrics import summarize  # noqa: E402
 from sim.engine.simulation import Simulation  # noqa: E402
 
 ROWS = [  # (gpu, model, bf16 tok/s, int4wo-64 tok/s)

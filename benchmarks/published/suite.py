@@ -6,7 +6,7 @@ README.md explains the families, the metrics and how to add a case.
 
 Everything goes through the project's public API: ``sim.config.scenario.parse_scenario``
 (the same validation as ``sim run``), ``sim.engine.simulation.Simulation``,
-``sim.engine.metrics.summarize`` and, for memory plans, ``sim.engine.parts.build_plan``.
+``sim.engine.logs.metrics.summarize`` and, for memory plans, ``sim.engine.parts.build_plan``.
 """
 
 from __future__ import annotations
@@ -244,7 +244,7 @@ def simulate_metric(case: Case) -> float:
         _, _, plan = build_plan(sc)
         value = fn(plan, sc)
     else:
-        from sim.engine.metrics import summarize
+        from sim.engine.logs.metrics import summarize
         from sim.engine.simulation import Simulation
 
         summary = summarize(Simulation(sc).run())

@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run(args) -> int:
     from sim.engine.simulation import Simulation
-    from sim.engine.metrics import summarize
+    from sim.engine.logs.metrics import summarize
     from sim.outputs.files import prepare_out_dir, run_files, safe_name, write_outputs, write_run
     from sim.config.scenario import load_scenario
     from sim.outputs.table import print_summary, progress_bar
@@ -59,15 +59,15 @@ def _run(args) -> int:
     out_dir = Path(args.out) if args.out else Path("runs") / safe_name(sc.name)
     writes = run_files(args.steps, report=not args.no_report)
     stale = prepare_out_dir(out_dir, writes, force=args.force)  # before minutes of simulation
-    cluster = sc.cluster.num_replicas > 1  # replicas behind a router (sim/engine/cluster.py)
-    pipeline = sc.engine.pipeline_parallel_size > 1  # stages of layers (sim/engine/pipeline.py, #15)
+    cluster = sc.cluster.num_replicas > 1  # replicas behind a router (sim/engine/cluster/simulation.py)
+    pipeline = sc.engine.pipeline_parallel_size > 1  # stages of layers (sim/engine/pipeline/simulation.py, #15)
     if pipeline:
-        from sim.engine.pipeline import PipelineSimulation
-        from sim.engine.pipeline_summary import summarize_pipeline as summarize_cluster
+        from sim.engine.pipeline.simulation import PipelineSimulation
+        from sim.engine.pipeline.summary import summarize_pipeline as summarize_cluster
 
         sim, cluster = PipelineSimulation(sc), True
     elif cluster:
-        from sim.engine.cluster import ClusterSimulation, summarize_cluster
+        from sim.engine.cluster.simulation import ClusterSimulation, summarize_cluster
 
         sim = ClusterSimulation(sc)
     else:

@@ -3,14 +3,14 @@ disaggregated prefill/decode pools.
 
 Every replica is the scenario's engine (same model, GPU, tensor parallelism, profile and KV
 settings) with its own scheduler, allocator, swap space, PCIe link, front end and step log;
-sim/engine/cluster.py runs them on one clock and sim/engine/router.py picks a replica for
+sim/engine/cluster/simulation.py runs them on one clock and sim/engine/cluster/router.py picks a replica for
 each request. ``num_replicas: 1`` (the default) is one engine and no router: today's path.
 
 ``disaggregation`` splits the replicas into a prefill pool and a decode pool
-(sim/engine/disagg.py): ``prefill_replicas + decode_replicas`` engines (``num_replicas``
+(sim/engine/disagg/handoff.py): ``prefill_replicas + decode_replicas`` engines (``num_replicas``
 follows from them; giving it too, it must equal their sum), each pool with its own
 ``engine``/``scheduler`` overrides of the scenario's (checked when the run is assembled:
-sim/engine/disagg_parts.py), and a KV transfer link between them.
+sim/engine/disagg/pools.py), and a KV transfer link between them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The scenario's engine profile keys: ``engine.profile`` and ``engine.profile_overrides``,
 the batching defaults a profile sets (sim/cost/profile.py holds the profiles), and the
-pipeline-parallel form each profile runs (``engine.pipeline_mode``, sim/engine/pipeline.py)."""
+pipeline-parallel form each profile runs (``engine.pipeline_mode``, sim/engine/pipeline/simulation.py)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ ProfileChoice = Annotated[ProfileName, Field(strict=False)]
 
 
 class PipelineMode(StrEnum):
-    """How a pipeline-parallel engine keeps batches in flight (sim/engine/pipeline.py)."""
+    """How a pipeline-parallel engine keeps batches in flight (sim/engine/pipeline/simulation.py)."""
 
     VIRTUAL_ENGINES = "virtual-engines"  # vLLM V0: pp schedulers, 1/pp of the KV blocks each
     BATCH_QUEUE = "batch-queue"  # vLLM V1: one scheduler and one pool, up to pp batches in flight

@@ -181,7 +181,7 @@ class EngineConfig(_Frozen):
     profile: ProfileChoice = DEFAULT_PROFILE  # how the engine spends a step (sim/cost/profile.py)
     profile_overrides: ProfileOverrides = ProfileOverrides()
     entrypoint: _choice(Entrypoint) = Entrypoint.API_SERVER  # offline: no HTTP front end (sim/cost/profile.py)
-    api_servers: pos_int("engine.api_servers") = 1  # front-end processes (sim/engine/frontend.py)
+    api_servers: pos_int("engine.api_servers") = 1  # front-end processes (sim/engine/step/frontend.py)
     max_model_len: pos_int("engine.max_model_len") = 8192
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.9
     #: TensorRT-LLM's KV sizing: this share of the memory left free after the weights and activations
@@ -197,7 +197,7 @@ class EngineConfig(_Frozen):
     num_gpu_blocks_override: pos_int("engine.num_gpu_blocks_override") | None = None
     tensor_parallel_size: Literal[1, 2, 4, 8] = 1  # GPUs one replica is split over (sim/model/parallel.py)
     attention_data_parallel: bool = False  # those GPUs run attention data-parallel (sim/model/memory.py)
-    # pipeline parallelism (issue #15): stages of layers, tp x pp GPUs a replica (sim/engine/pipeline.py)
+    # pipeline parallelism (issue #15): stages of layers, tp x pp GPUs a replica (sim/engine/pipeline/simulation.py)
     pipeline_parallel_size: Literal[1, 2, 4, 8] = 1
     pipeline_mode: _choice(PipelineMode) | None = None  # None: the profile's form (profile_schema.PIPELINE_MODES)
 

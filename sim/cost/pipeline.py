@@ -20,7 +20,7 @@ receiving stage all-gathers them (``send_tensor_dict(..., all_gather_group=tp gr
 
 ``step_time_s`` is one batch alone through every stage (the sum of the stage times and the
 transfers): a single request's step latency. The overlap of several batches in flight is
-not a formula here: sim/engine/pipeline.py holds each stage as a SimPy resource.
+not a formula here: sim/engine/pipeline/simulation.py holds each stage as a SimPy resource.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from sim.model.memory import MemoryPlan, check_fits_one_sequence, plan_memory
 from sim.model.parallel import PP_KEY, TP_KEY, check_pipeline_parallel, check_tensor_parallel
 from sim.model.spec import KVDtype, ModelSpec
 from sim.model.hf_config import load_model
-from sim.engine.request_log import RequestLog
+from sim.engine.logs.request_log import RequestLog
 from sim.request import Request
 from sim.config.paths import file_or_name
 from sim.config.scenario import Scenario, WhenKVFull
@@ -200,7 +200,7 @@ class SessionDriver:
     def __init__(self, sc: Scenario, scheduler) -> None:
         self.sc = sc
         self.scheduler = scheduler
-        self.requests = RequestLog()  # every request made, in arrival order (sim/engine/request_log.py)
+        self.requests = RequestLog()  # every request made, in arrival order (sim/engine/logs/request_log.py)
         self._history: dict[int, tuple] = {}  # session_id -> segments of the last turn + answer
 
     def submit(self, session: SessionSpec, turn: int, now: float) -> bool:

@@ -1,9 +1,9 @@
 """The SimPy simulation: arrivals, the engine loop on a simulated clock, and a PCIe link for swaps.
 
-Every engine step is :class:`sim.engine.step.EngineStep`'s, the same object the real engine
+Every engine step is :class:`sim.engine.step.engine_step.EngineStep`'s, the same object the real engine
 drives; here its batches take the cost model's predicted time (``PredictedRunner``) and the
 clock advances by it, swaps holding the host link (a SimPy resource, so transfers
-serialize). Where the engine profile has a front end (sim/engine/frontend.py), requests
+serialize). Where the engine profile has a front end (sim/engine/step/frontend.py), requests
 pass through its CPU before the engine sees them and every token after the engine made it;
 the client's times are stamped there. Follow-up turns of a conversation arrive a think
 time after the client received the previous answer.
@@ -21,12 +21,12 @@ from typing import Callable
 import simpy
 
 from sim.config.scenario import Scenario
-from sim.engine.frontend import FrontEnd
-from sim.engine.macro import DecodeRun
-from sim.engine.metrics import StepLog
+from sim.engine.step.frontend import FrontEnd
+from sim.engine.macro.run import DecodeRun
+from sim.engine.logs.metrics import StepLog
 from sim.engine.parts import SessionDriver, build_parts
-from sim.engine.request_log import Tally
-from sim.engine.step import EngineStep, PredictedRunner, WaitKind
+from sim.engine.logs.request_log import Tally
+from sim.engine.step.engine_step import EngineStep, PredictedRunner, WaitKind
 from sim.errors import ConfigError
 from sim.kv.swap import SwapSpace
 from sim.model.memory import MemoryPlan
@@ -52,7 +52,7 @@ class SimResult:
     end_s: float = 0.0
     calibration_label: str = ""  # "datasheet" or "measured YYYY-MM-DD"
     profile: object = None  # the engine profile as run (sim.cost.profile.EngineProfile)
-    frontend: object = None  # the front end's CPUs (sim/engine/frontend.py), None without one
+    frontend: object = None  # the front end's CPUs (sim/engine/step/frontend.py), None without one
     extra: dict = field(default_factory=dict)
 
 
@@ -64,22 +64,22 @@ class Simulation:
     (``sim validate`` runs the same batch on the real model there, in lockstep).
     """
 
-    _stages = None  # pipeline parallelism: sim/engine/pipeline.py's virtual engines set it (#15)
+    _stages = None  # pipeline parallelism: sim/engine/pipeline/simulation.py's virtual engines set it (#15)
     #: Events within a step (arrivals, follow-up turns, the front end's intake) never read the
     #: engine's state, so a macro-step stretch may end with the step they fall within
-    #: (sim/engine/macro.py). A cluster's replicas set it False: their router reads them.
+    #: (sim/engine/macro/run.py). A cluster's replicas set it False: their router reads them.
     macro_straddles = True
 
     def __init__(self, sc: Scenario, progress=None,
                  step_hook: Callable[[SchedulerOutput], None] | None = None, macro_steps: bool = True,
                  keep_requests: bool = False) -> None:
-        if sc.engine.pipeline_parallel_size > 1:  # pipeline parallelism runs in sim/engine/pipeline.py (#15)
+        if sc.engine.pipeline_parallel_size > 1:  # pipeline parallelism runs in sim/engine/pipeline/simulation.py (#15)
             raise ConfigError(sc.source_path, "engine.pipeline_parallel_size", (
                 f"{sc.engine.pipeline_parallel_size} pipeline stages run with `sim run` and `sim sweep` only"
-                " (sim/engine/pipeline.py); this command simulates one single-stage engine: set it to 1"))
+                " (sim/engine/pipeline/simulation.py); this command simulates one single-stage engine: set it to 1"))
         if sc.cluster.num_replicas > 1:
             raise ConfigError(sc.source_path, "cluster.num_replicas", (
-                f"{sc.cluster.num_replicas} replicas run with `sim run` only (sim/engine/cluster.py); "
+                f"{sc.cluster.num_replicas} replicas run with `sim run` only (sim/engine/cluster/simulation.py); "
                 "this command simulates one engine: set cluster.num_replicas: 1"))
         self._assemble(build_parts(sc), simpy.Environment(), None, step_hook, macro_steps, keep_requests)
         self.progress = progress
@@ -111,7 +111,7 @@ class Simulation:
         self.frontend = FrontEnd(profile, parts.sc.engine.api_servers) if profile.has_frontend else None
         self.core = EngineStep(self.scheduler, self.allocator, self.driver, StepLog(),
                                PredictedRunner(self.cost), clock=lambda: self.env.now, hook=step_hook)
-        self.macro_steps = macro_steps  # stretches of pure decodes in one go (sim/engine/macro.py)
+        self.macro_steps = macro_steps  # stretches of pure decodes in one go (sim/engine/macro/run.py)
 
     @property
     def steps(self) -> StepLog:
@@ -177,7 +177,7 @@ class Simulation:
                 if wait.kind is compute:
                     if self._stages is None:
                         yield env.timeout(wait.seconds)
-                    else:  # pipeline parallelism: the batch holds each stage in turn (sim/engine/pipeline.py)
+                    else:  # pipeline parallelism: the batch holds each stage in turn (sim/engine/pipeline/simulation.py)
                         yield from self._stages(step)
                 else:
                     yield from self._transfer(wait.seconds)

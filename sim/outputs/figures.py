@@ -15,7 +15,7 @@ import plotly.colors
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from sim.engine.request_stats import RunRequests
+from sim.engine.logs.request_stats import RunRequests
 
 MAX_POINTS = 1500
 PANEL_TITLES = ("TTFT", "TPOT", "E2E latency")

@@ -15,10 +15,10 @@ import numpy as np
 
 from sim.errors import ConfigError
 
-from sim.engine.cluster import ClusterResult
-from sim.engine.metrics import COLUMNS
-from sim.engine.request_log import STATUSES
-from sim.engine.request_stats import RunRequests
+from sim.engine.cluster.simulation import ClusterResult
+from sim.engine.logs.metrics import COLUMNS
+from sim.engine.logs.request_log import STATUSES
+from sim.engine.logs.request_stats import RunRequests
 
 REQUEST_COLUMNS = (
     "request_id", "session_id", "turn", "status", "reject_reason", "arrival_s", "admitted_s",
@@ -90,7 +90,7 @@ def _g(values: np.ndarray) -> list[str]:
 def requests_csv_chunks(requests, replica_of: list[int] | None = None, chunk: int = 20_000, *,
                         decode_of: dict[int, int] | None = None) -> Iterator[str]:
     """requests.csv in pieces of ``chunk`` rows, one row per request in arrival order, from
-    the run's request columns (sim/engine/request_log.py); ``replica_of`` (a cluster run's
+    the run's request columns (sim/engine/logs/request_log.py); ``replica_of`` (a cluster run's
     request id -> replica) adds a ``replica`` column after ``request_id``; ``decode_of`` (a
     disaggregated run's request id -> decode replica; ``replica`` is then the prefill replica)
     a ``decode_replica`` column after it, empty for a request never handed to the decode pool."""
@@ -190,8 +190,8 @@ def write_run(out_dir: Path, summary: dict, result, report_html: str | None,
     """Write a run's files into ``out_dir`` (see :func:`write_outputs`; ``stale`` are an
     earlier run's files this run does not write, from :func:`prepare_out_dir`). ``steps``:
     a key of :data:`STEP_MODES` (``none``: no steps.csv)."""
-    replicas = result.replica_of if isinstance(result, ClusterResult) else None  # sim/engine/cluster.py
-    handoff = getattr(result, "handoff", None)  # disaggregated prefill/decode: sim/engine/disagg.py
+    replicas = result.replica_of if isinstance(result, ClusterResult) else None  # sim/engine/cluster/simulation.py
+    handoff = getattr(result, "handoff", None)  # disaggregated prefill/decode: sim/engine/disagg/handoff.py
     files = {
         "summary.json": json.dumps(summary, indent=2, sort_keys=False) + "\n",
         "requests.csv": requests_csv_chunks(result.requests, replicas,

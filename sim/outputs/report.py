@@ -22,8 +22,8 @@ from plotly.io import to_html
 import yaml
 
 from sim.outputs.figures import LatencySeries, latency_cdf_figure
-from sim.engine.cluster import ClusterResult
-from sim.engine.pipeline_summary import pipeline_title, replica_label, virtual_engines
+from sim.engine.cluster.simulation import ClusterResult
+from sim.engine.pipeline.summary import pipeline_title, replica_label, virtual_engines
 from sim.outputs.run_figures import (_events_figure, _load_figure, _memory_figure, _replicas_figure,
                                      _timeline_figure)
 
@@ -103,7 +103,7 @@ def _replicas_html(s: dict) -> str:
     roles = "role" in s["replicas"][0]  # disaggregated prefill/decode pools
     if roles:
         head = head.replace("<th>replica</th>", "<th>replica</th><th>role</th>")
-    pipeline = virtual_engines(s) > 0  # one pipeline-parallel replica's virtual engines (sim/engine/pipeline.py)
+    pipeline = virtual_engines(s) > 0  # one pipeline-parallel replica's virtual engines (sim/engine/pipeline/simulation.py)
     if pipeline:
         head = head.replace("<th>replica</th>", "<th>virtual engine (stage pipeline)</th>")
     rows = []
@@ -184,7 +184,7 @@ def render_report(result, summary: dict, calibration=None) -> str:
 def _render(result, summary: dict, calibration) -> str:
     sc = result.scenario
     replicas = ""
-    if isinstance(result, ClusterResult):  # replicas behind a router (sim/engine/cluster.py)
+    if isinstance(result, ClusterResult):  # replicas behind a router (sim/engine/cluster/simulation.py)
         logs = [r.steps.condensed() for r in result.replicas]  # bounded rows per replica
         pool = summary["kv"]["pool_tokens"] // len(logs)
         reps = summary.get("replicas", [])

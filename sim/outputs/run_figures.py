@@ -12,7 +12,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from sim.engine.request_log import RequestLog
+from sim.engine.logs.request_log import RequestLog
 from sim.outputs.figures import MAX_POINTS, thin_indices
 
 MAX_TIMELINE_REQUESTS = 60

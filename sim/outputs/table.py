@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sim.engine.pipeline_summary import pipeline_title, replica_label, virtual_engines
+from sim.engine.pipeline.summary import pipeline_title, replica_label, virtual_engines
 
 
 @contextmanager
@@ -83,7 +83,7 @@ def print_summary(s: dict, out_dir: Path, report: bool = True) -> None:
 
 
 def _replica_lines(s: dict) -> list[str]:
-    """A cluster run (sim/engine/cluster.py): its router, then one line per replica."""
+    """A cluster run (sim/engine/cluster/simulation.py): its router, then one line per replica."""
     if "replicas" not in s:
         return []
     c = s["cluster"]

@@ -34,7 +34,7 @@ def _percentile(values, q: float) -> float | None:
 
 def judge(result, slo, rate: float) -> dict:
     """A probe's verdict from a finished run's requests (read as columns)."""
-    from sim.engine.request_stats import RunRequests
+    from sim.engine.logs.request_stats import RunRequests
 
     rr = RunRequests(result.requests)
     in_flight = rr.n - rr.num_done - rr.num_rejected

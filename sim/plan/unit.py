@@ -1,9 +1,9 @@
 """Serving units: a configuration with ``cluster.num_replicas`` > 1 (or a prefill:decode
 split) is planned as a whole *unit* of replicas behind its router.
 
-A unit is simulated whole, as ``sim run`` runs it (sim/engine/cluster.py's
+A unit is simulated whole, as ``sim run`` runs it (sim/engine/cluster/simulation.py's
 ClusterSimulation; replicas of a pipeline-parallel engine in vLLM V1's batch-queue form:
-sim/engine/pipeline.py's PipelineSimulation, which builds a PipelineCluster; replicas of V0's
+sim/engine/pipeline/simulation.py's PipelineSimulation, which builds a PipelineCluster; replicas of V0's
 virtual-engines form and pipeline parallelism in disaggregated pools are refused by the
 engine's own checks, :func:`check_modelled`): its max rate is the unit's, the target needs
 ceil(target / unit max rate) units, and a unit is ``gpus`` GPUs: ``num_replicas x tensor x
@@ -47,15 +47,15 @@ PIPELINE_KEYS = ("engine.pipeline_mode", "engine.pipeline_parallel_size", "engin
 def check_modelled(sc) -> None:
     """ConfigError from the engine's own checks for what ``sim run`` refuses to simulate:
     replicas of a pipeline-parallel engine in the virtual-engines form, pipeline parallelism
-    in disaggregated pools (sim/engine/pipeline_cluster.py ``check_pipeline_cluster``) and a
-    pool's own ``engine.pipeline_parallel_size`` > 1 (sim/engine/cluster.py), checked before
+    in disaggregated pools (sim/engine/pipeline/cluster.py ``check_pipeline_cluster``) and a
+    pool's own ``engine.pipeline_parallel_size`` > 1 (sim/engine/cluster/simulation.py), checked before
     anything runs (no memory plan is needed)."""
-    from sim.engine.pipeline_cluster import check_pipeline_cluster
+    from sim.engine.pipeline.cluster import check_pipeline_cluster
 
     check_pipeline_cluster(sc)
     if sc.cluster.disaggregation is not None:
-        from sim.engine.cluster import refuse_pipeline_pools
-        from sim.engine.disagg_parts import pool_scenario
+        from sim.engine.cluster.simulation import refuse_pipeline_pools
+        from sim.engine.disagg.pools import pool_scenario
 
         refuse_pipeline_pools(sc, {role: pool_scenario(sc, role)[0] for role in ("prefill", "decode")})
 
@@ -69,7 +69,7 @@ def unit_shape(sc) -> dict:
     shape = {"num_replicas": cl.num_replicas, "router": str(cl.router) if cl.num_replicas > 1 else None,
              "prefill_replicas": None, "decode_replicas": None, "gpus": cl.num_replicas * per_replica}
     if dis is not None:
-        from sim.engine.disagg_parts import pool_scenario
+        from sim.engine.disagg.pools import pool_scenario
 
         gpus = 0
         for role, count in (("prefill", dis.prefill_replicas), ("decode", dis.decode_replicas)):
@@ -134,7 +134,7 @@ def unit_memory(data: dict, source: str) -> dict | None:
     """With disaggregation: each pool's memory plan (ConfigError naming the pool when one
     does not fit); else None (every replica has the scenario's own plan)."""
     from sim.config.scenario import parse_scenario
-    from sim.engine.disagg_parts import pool_scenario
+    from sim.engine.disagg.pools import pool_scenario
 
     sc = parse_scenario(data, source)
     if sc.cluster.disaggregation is None:
@@ -154,7 +154,7 @@ def hit_rate(result) -> float | None:
     disaggregation the prefill pool's, where prompts are cached); None when it is off."""
     handoff = getattr(result, "handoff", None)
     if handoff is not None:
-        from sim.engine.disagg_summary import prefill_pool_hit_rate
+        from sim.engine.disagg.summary import prefill_pool_hit_rate
 
         return prefill_pool_hit_rate(result)
     replicas = getattr(result, "replicas", None) or [result]
@@ -165,15 +165,15 @@ def hit_rate(result) -> float | None:
 
 def run_unit(sc):
     """Simulate ``sc`` as ``sim run`` does: a pipeline-parallel engine (pp > 1) through
-    sim/engine/pipeline.py's PipelineSimulation (its form's engine: one batch-queue engine,
+    sim/engine/pipeline/simulation.py's PipelineSimulation (its form's engine: one batch-queue engine,
     V0's virtual engines, or with replicas a PipelineCluster of batch-queue engines behind
     the router), else the whole unit when it has several replicas, else one engine."""
     if sc.engine.pipeline_parallel_size > 1:
-        from sim.engine.pipeline import PipelineSimulation
+        from sim.engine.pipeline.simulation import PipelineSimulation
 
         return PipelineSimulation(sc).run()
     if sc.cluster.num_replicas > 1:
-        from sim.engine.cluster import ClusterSimulation
+        from sim.engine.cluster.simulation import ClusterSimulation
 
         return ClusterSimulation(sc).run()
     from sim.engine.simulation import Simulation

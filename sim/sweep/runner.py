@@ -38,19 +38,19 @@ def run_point(point_id: str, values: dict, data: dict, source: str) -> dict:
     Top-level and free of globals so process pools and Ray can ship it.
     """
     from sim.engine.simulation import Simulation
-    from sim.engine.metrics import summarize
+    from sim.engine.logs.metrics import summarize
     from sim.config.scenario import parse_scenario
 
     record = {"point_id": point_id, "values": values, "status": "ok", "error": None, "summary": None}
     try:
         sc = parse_scenario(data, source)
-        if sc.engine.pipeline_parallel_size > 1:  # pipeline parallelism (sim/engine/pipeline.py, #15)
-            from sim.engine.pipeline import PipelineSimulation
-            from sim.engine.pipeline_summary import summarize_pipeline
+        if sc.engine.pipeline_parallel_size > 1:  # pipeline parallelism (sim/engine/pipeline/simulation.py, #15)
+            from sim.engine.pipeline.simulation import PipelineSimulation
+            from sim.engine.pipeline.summary import summarize_pipeline
 
             record["summary"] = summarize_pipeline(PipelineSimulation(sc).run())
         elif sc.cluster.num_replicas > 1:  # replicas behind a router: sweepable like any key
-            from sim.engine.cluster import ClusterSimulation, summarize_cluster
+            from sim.engine.cluster.simulation import ClusterSimulation, summarize_cluster
 
             record["summary"] = summarize_cluster(ClusterSimulation(sc).run())
         else:

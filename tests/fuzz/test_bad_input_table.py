@@ -83,7 +83,7 @@ SCENARIO_CASES = [
     ("pp-bool", _with("engine.pipeline_parallel_size", True), [], "engine.pipeline_parallel_size"),
     ("pp-float", _with("engine.pipeline_parallel_size", 2.0), [], "engine.pipeline_parallel_size"),
     ("pp-over-layers", _with("engine.pipeline_parallel_size", 4), [], "engine.pipeline_parallel_size"),
-    # replicas of vLLM V0's pipeline form stay refused (batch-queue replicas run: sim/engine/pipeline_cluster.py)
+    # replicas of vLLM V0's pipeline form stay refused (batch-queue replicas run: sim/engine/pipeline/cluster.py)
     ("pp-with-replicas", _with("cluster.num_replicas", 2, _with("engine.pipeline_mode", "virtual-engines",
                                                                 _with("engine.pipeline_parallel_size", 2))), [],
      "cluster.num_replicas"),
@@ -92,7 +92,7 @@ SCENARIO_CASES = [
                                _with("engine.pipeline_parallel_size", 2)), [], "cluster.disaggregation"),
     ("set-through-scalar", TINY, ["--set", "seed.x=1"], "seed.x"),
     ("key-with-newline", {**TINY, "bad\nkey": 1}, [], "bad\\nkey"),
-    # disaggregated prefill/decode (sim/config/cluster_schema.py, sim/engine/disagg_parts.py)
+    # disaggregated prefill/decode (sim/config/cluster_schema.py, sim/engine/disagg/pools.py)
     ("pd-split-without-link", _with("cluster", {"disaggregation": {"prefill_replicas": 1, "decode_replicas": 1}}),
      [], "cluster.disaggregation"),
     ("pd-zero-decode", _with("cluster", {"disaggregation": {"prefill_replicas": 1, "decode_replicas": 0,

@@ -16,7 +16,7 @@ from realengine.serve import serve
 from sim.config.scenario import load_scenario, parse_scenario
 from sim.engine.parts import build_parts
 from sim.engine.simulation import Simulation
-from sim.engine.step import PredictedRunner
+from sim.engine.step.engine_step import PredictedRunner
 
 SCENARIOS = "scenarios"
 CASES = {

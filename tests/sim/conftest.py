@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sim.engine.simulation import Simulation
-from sim.engine.metrics import StepLog, summarize
+from sim.engine.logs.metrics import StepLog, summarize
 from sim.request import Request, RequestStatus
 from sim.config.scenario import parse_scenario
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 
 from sim.config.scenario import parse_scenario
-from sim.engine.cluster import ClusterSimulation, summarize_cluster
-from sim.engine.metrics import summarize
+from sim.engine.cluster.simulation import ClusterSimulation, summarize_cluster
+from sim.engine.logs.metrics import summarize
 from sim.engine.simulation import Simulation
 
 #: Llama-3-8B on an A100-80GB with short prompts: steps of ~10 ms, a few thousand requests in seconds.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cluster_world import run, scenario
 from sim.config.scenario import load_scenario
-from sim.engine.cluster import ClusterSimulation, summarize_cluster
+from sim.engine.cluster.simulation import ClusterSimulation, summarize_cluster
 from sim.outputs.files import requests_csv
 
 SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"

@@ -74,7 +74,7 @@ def test_sweep_varies_the_split_on_the_same_gpus(tmp_path) -> None:
 
 
 def test_the_shipped_scenario_runs_as_one_pool_and_as_splits() -> None:
-    from sim.engine.cluster import ClusterSimulation, summarize_cluster
+    from sim.engine.cluster.simulation import ClusterSimulation, summarize_cluster
 
     path = SCENARIOS / "disaggregated.yaml"
     assert path.read_text().startswith("# ")  # its comment says what a user learns

@@ -1,4 +1,4 @@
-"""Disaggregated prefill/decode (sim/engine/disagg.py): every request and every block
+"""Disaggregated prefill/decode (sim/engine/disagg/handoff.py): every request and every block
 accounted for on both pools, TTFT stamped on the prefill side, the transfer's arithmetic,
 the link's contention, and decode admission waiting for free blocks."""
 
@@ -9,7 +9,7 @@ import math
 import pytest
 
 from cluster_world import scenario
-from sim.engine.cluster import ClusterSimulation, summarize_cluster
+from sim.engine.cluster.simulation import ClusterSimulation, summarize_cluster
 from sim.request import RequestStatus
 
 LINK = {"bandwidth_gbps": 100.0, "latency_s": 0.001}

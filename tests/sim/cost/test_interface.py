@@ -12,7 +12,7 @@ from sim.cost.build import build_cost_model
 from sim.cost.datasheet import DatasheetCost
 from sim.cost.fitted import FittedCost
 from sim.cost.shape import BatchShape
-from sim.engine.predict import after_idle_replay_s, kernel_sum_cost, predicted_step_s, predicted_transfer_s
+from sim.engine.step.predict import after_idle_replay_s, kernel_sum_cost, predicted_step_s, predicted_transfer_s
 from sim.kv.paged import PagedAllocator
 from sim.kv.swap import SwapSpace
 from sim.model.hf_config import load_model

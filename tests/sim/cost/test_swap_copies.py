@@ -73,7 +73,7 @@ def test_a_gathered_swap_is_one_copy_per_layer_plus_device_staging(make_request)
 
 @pytest.mark.parametrize("cal", ["a100-80gb", "cpu-epyc-2core"])
 def test_gathering_many_small_blocks_is_cheaper_than_copying_each(cal) -> None:
-    from sim.engine.predict import predicted_transfer_s
+    from sim.engine.step.predict import predicted_transfer_s
     from sim.sched.output import SchedulerOutput
 
     cm = build_cost_model(load_model("llama-3-8b"), load_calibration(cal))

@@ -97,10 +97,10 @@ READMITTED_INTO_A_RING = {
 @given(data=tiny_scenarios(), profile=st.sampled_from(["eager", "vllm-v1", "vllm-v0", "sglang", "trtllm"]))
 @example(data=READMITTED_INTO_A_RING, profile="eager")
 def test_random_scenarios_give_the_same_results_in_macro_steps(data, profile) -> None:
-    """Stretches of decodes (sim/engine/macro.py) are exact on tight pools, preemption,
+    """Stretches of decodes (sim/engine/macro/run.py) are exact on tight pools, preemption,
     prefix caching, conversations and every profile's front end."""
     from sim.config.scenario import parse_scenario
-    from sim.engine.metrics import summarize
+    from sim.engine.logs.metrics import summarize
     from sim.engine.simulation import Simulation
     from sim.outputs.files import requests_csv
 
@@ -124,7 +124,7 @@ def test_random_scenarios_same_when_own_blocks_are_hashed_as_they_fill(data, pro
     import pytest
 
     from sim.config.scenario import parse_scenario
-    from sim.engine.metrics import summarize
+    from sim.engine.logs.metrics import summarize
     from sim.engine.simulation import Simulation
     from sim.kv.paged import PagedAllocator
     from sim.outputs.files import requests_csv

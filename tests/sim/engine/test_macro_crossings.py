@@ -1,4 +1,4 @@
-"""The crossing schedules of macro-steps (sim/engine/macro_cross.py): the ring that keeps a
+"""The crossing schedules of macro-steps (sim/engine/macro/cross.py): the ring that keeps a
 slot in its residue's bucket without prefix caching gives, step by step, the slots (in
 order) and the next crossing step that a plain step -> slots map gives when every
 crossing re-adds its slot one block later."""
@@ -10,7 +10,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.engine.macro_cross import Buckets, Ring
+from sim.engine.macro.cross import Buckets, Ring
 
 
 class _Reference:

@@ -1,4 +1,4 @@
-"""Macro-steps (sim/engine/macro.py) change nothing: every shipped scenario, stepped one by
+"""Macro-steps (sim/engine/macro/run.py) change nothing: every shipped scenario, stepped one by
 one and in stretches, gives the same summary, the same requests and the same step log."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sim.config.scenario import load_scenario
-from sim.engine.metrics import summarize
+from sim.engine.logs.metrics import summarize
 from sim.engine.simulation import Simulation
 from sim.outputs.files import requests_csv
 
@@ -61,7 +61,7 @@ def test_every_profile_with_a_front_end_and_prefix_caching(profile) -> None:
 
 def _count_stretches(monkeypatch) -> list[int]:
     """The steps each call of the macro-steps' ``run`` advanced (0: none), as the run goes."""
-    import sim.engine.macro as macro
+    import sim.engine.macro.run as macro
 
     advanced: list[int] = []
     original = macro.DecodeRun.run
@@ -87,7 +87,7 @@ def test_only_steps_without_decodes_run_one_by_one_in_a_lone_engine(monkeypatch)
     prompts are admitted in it), finishing steps and waiting requests that cannot be
     admitted. The only steps left to the normal path are those with no decode to carry a
     stretch: an idle engine's first prompts."""
-    from sim.engine.step_log import COLUMNS
+    from sim.engine.logs.step_log import COLUMNS
 
     advanced = _count_stretches(monkeypatch)
     sim, summary, _, steps = _run("azure-conv.yaml", True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.engine.metrics import COLUMNS, StepLog
+from sim.engine.logs.metrics import COLUMNS, StepLog
 
 
 def _log(n: int) -> StepLog:

@@ -1,4 +1,4 @@
-"""Finished and rejected requests retired into the run's request log (sim/engine/request_log.py)
+"""Finished and rejected requests retired into the run's request log (sim/engine/logs/request_log.py)
 give exactly the outputs of keeping every request as an object."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from sim.config.scenario import load_scenario
-from sim.engine.metrics import summarize
-from sim.engine.request_log import FIELDS, RequestLog, SessionId, Tally, request_columns
+from sim.engine.logs.metrics import summarize
+from sim.engine.logs.request_log import FIELDS, RequestLog, SessionId, Tally, request_columns
 from sim.engine.simulation import Simulation
 from sim.outputs.files import requests_csv
 from sim.request import RequestStatus

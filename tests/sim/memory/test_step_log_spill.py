@@ -1,4 +1,4 @@
-"""A step log that spills its rows to disk (sim/engine/step_log.py) reads back exactly the
+"""A step log that spills its rows to disk (sim/engine/logs/step_log.py) reads back exactly the
 steps it was given, and the run's outputs do not change beyond float round-off."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import sim.engine.step_log as step_log
+import sim.engine.logs.step_log as step_log
 from sim.config.scenario import load_scenario
-from sim.engine.metrics import summarize
+from sim.engine.logs.metrics import summarize
 from sim.engine.simulation import Simulation
-from sim.engine.step_log import COLUMNS, StepLog, step_aggregates
+from sim.engine.logs.step_log import COLUMNS, StepLog, step_aggregates
 from sim.outputs.files import steps_csv
 
 SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"

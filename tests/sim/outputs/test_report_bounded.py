@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from sim.engine.metrics import COLUMNS
+from sim.engine.logs.metrics import COLUMNS
 from sim.outputs.figures import MAX_POINTS, LatencySeries, latency_cdf_figure, thin_indices
 from sim.outputs.run_figures import (MAX_TIMELINE_REQUESTS, _events_figure, _load_figure,
                                      _memory_figure, _timeline_figure)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sim.engine.metrics import COLUMNS, StepLog
+from sim.engine.logs.metrics import COLUMNS, StepLog
 from sim.outputs.files import steps_csv, steps_csv_chunks
 
 

@@ -1,5 +1,5 @@
 """The pipeline-parallel engine in vLLM V1's form: one scheduler and one KV pool, up to pp batches
-in flight through the stages (sim/engine/pipeline_batch_queue.py, ``engine.pipeline_mode: batch-queue``)."""
+in flight through the stages (sim/engine/pipeline/batch_queue.py, ``engine.pipeline_mode: batch-queue``)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 
 from sim.config.scenario import parse_scenario
 from sim.cost.shape import BatchShape
-from sim.engine.metrics import summarize
-from sim.engine.pipeline import PipelineSimulation
-from sim.engine.pipeline_batch_queue import BatchQueueSimulation
-from sim.engine.pipeline_summary import summarize_pipeline
+from sim.engine.logs.metrics import summarize
+from sim.engine.pipeline.simulation import PipelineSimulation
+from sim.engine.pipeline.batch_queue import BatchQueueSimulation
+from sim.engine.pipeline.summary import summarize_pipeline
 from sim.engine.simulation import Simulation
 from sim.errors import ConfigError
 
@@ -201,7 +201,7 @@ def test_a_request_longer_than_half_the_pool_runs_in_the_batch_queue_only() -> N
 
 
 def test_replicas_of_a_batch_queue_engine_run_as_a_cluster() -> None:
-    # (sim/engine/pipeline_cluster.py; tests/sim/pipeline/test_pipeline_replicas.py covers them)
+    # (sim/engine/pipeline/cluster.py; tests/sim/pipeline/test_pipeline_replicas.py covers them)
     data = _data(2)
     data["cluster"] = {"num_replicas": 2}
     sc = parse_scenario(data, "bq.yaml")

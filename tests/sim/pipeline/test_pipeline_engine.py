@@ -1,5 +1,5 @@
 """The pipeline-parallel engine in vLLM V0's form: virtual engines whose batches hold the stages in turn
-(sim/engine/pipeline.py; ``engine.pipeline_mode: virtual-engines``, the vllm-v0 profile's default)."""
+(sim/engine/pipeline/simulation.py; ``engine.pipeline_mode: virtual-engines``, the vllm-v0 profile's default)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from sim.cli.main import main
 from sim.config.scenario import parse_scenario
 from sim.cost.shape import BatchShape
-from sim.engine.metrics import summarize
-from sim.engine.pipeline import PipelineSimulation
-from sim.engine.pipeline_summary import summarize_pipeline
+from sim.engine.logs.metrics import summarize
+from sim.engine.pipeline.simulation import PipelineSimulation
+from sim.engine.pipeline.summary import summarize_pipeline
 from sim.engine.simulation import Simulation
 from sim.errors import ConfigError
 

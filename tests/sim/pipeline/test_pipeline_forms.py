@@ -1,6 +1,6 @@
 """Which pipeline-parallel form runs (``engine.pipeline_mode``, default the profile's) and what
 ``sim run`` and ``sim sweep`` write for the batch queue (sim/config/profile_schema.py,
-sim/engine/pipeline.py, sim/engine/pipeline_summary.py)."""
+sim/engine/pipeline/simulation.py, sim/engine/pipeline/summary.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import yaml
 from sim.cli.main import main
 from sim.config.profile_schema import PipelineMode, pipeline_mode
 from sim.config.scenario import parse_scenario
-from sim.engine.pipeline import PipelineSimulation
-from sim.engine.pipeline_batch_queue import BatchQueueSimulation
+from sim.engine.pipeline.simulation import PipelineSimulation
+from sim.engine.pipeline.batch_queue import BatchQueueSimulation
 from sim.errors import ConfigError
 from sim.sweep.runner import run_point
 

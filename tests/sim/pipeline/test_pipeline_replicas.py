@@ -1,5 +1,5 @@
 """Replicas of a pipeline-parallel engine (vLLM V1's batch queue) behind the cluster's router
-(sim/engine/pipeline_cluster.py): accounting, every router, each replica's own stages, the
+(sim/engine/pipeline/cluster.py): accounting, every router, each replica's own stages, the
 issue #15 sanity target, and the combinations refused."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import yaml
 
 from sim.cli.main import main
 from sim.config.scenario import parse_scenario
-from sim.engine.cluster import ClusterResult
-from sim.engine.pipeline import PipelineSimulation
-from sim.engine.pipeline_batch_queue import BatchQueueSimulation
-from sim.engine.pipeline_cluster import BatchQueueReplica, PipelineCluster
-from sim.engine.pipeline_summary import summarize_pipeline
+from sim.engine.cluster.simulation import ClusterResult
+from sim.engine.pipeline.simulation import PipelineSimulation
+from sim.engine.pipeline.batch_queue import BatchQueueSimulation
+from sim.engine.pipeline.cluster import BatchQueueReplica, PipelineCluster
+from sim.engine.pipeline.summary import summarize_pipeline
 from sim.errors import ConfigError
 
 #: Llama-3-8B on an A100 in 2 stages (vLLM V1's form, the default profile's): steps of ~14 ms.
@@ -197,4 +197,4 @@ def test_a_combination_not_modelled_is_one_error_line(engine, cluster, key, word
 def test_the_one_engine_class_still_refuses_replicas() -> None:
     with pytest.raises(ConfigError) as err:
         BatchQueueSimulation(_scenario({"num_replicas": 2}))
-    assert err.value.key == "cluster.num_replicas" and "pipeline_cluster" in err.value.message
+    assert err.value.key == "cluster.num_replicas" and "sim/engine/pipeline/cluster.py" in err.value.message

@@ -1,5 +1,5 @@
 """What ``sim run`` and ``sim sweep`` write for replicas of a pipeline-parallel engine
-(sim/engine/pipeline_cluster.py, sim/engine/pipeline_summary.py): the cluster summary with
+(sim/engine/pipeline/cluster.py, sim/engine/pipeline/summary.py): the cluster summary with
 N x tp x pp GPUs, a ``parallel`` block per replica, requests.csv's ``replica`` column,
 the terminal table and report.html."""
 
@@ -96,9 +96,9 @@ def test_the_shipped_fleet_scenario_runs_two_pipeline_replicas_on_16_gpus() -> N
     from pathlib import Path
 
     from sim.config.scenario import load_scenario
-    from sim.engine.pipeline import PipelineSimulation
-    from sim.engine.pipeline_cluster import PipelineCluster
-    from sim.engine.pipeline_summary import summarize_pipeline
+    from sim.engine.pipeline.simulation import PipelineSimulation
+    from sim.engine.pipeline.cluster import PipelineCluster
+    from sim.engine.pipeline.summary import summarize_pipeline
 
     path = Path(__file__).resolve().parents[3] / "scenarios" / "llama3-70b-pp-fleet.yaml"
     sim = PipelineSimulation(load_scenario(path, ["workload.num_requests=100"]))

@@ -12,10 +12,10 @@ import pytest
 
 from sim.cli.main import main
 from sim.config.scenario import parse_scenario
-from sim.engine.pipeline import PipelineSimulation
-from sim.engine.pipeline_batch_queue import BatchQueueSimulation
-from sim.engine.pipeline_cluster import PipelineCluster
-from sim.engine.pipeline_summary import summarize_pipeline
+from sim.engine.pipeline.simulation import PipelineSimulation
+from sim.engine.pipeline.batch_queue import BatchQueueSimulation
+from sim.engine.pipeline.cluster import PipelineCluster
+from sim.engine.pipeline.summary import summarize_pipeline
 from sim.plan.search import probe
 from sim.plan.spec import load_plan
 

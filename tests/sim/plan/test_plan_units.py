@@ -84,7 +84,7 @@ def test_a_sum_disagreeing_with_num_replicas_says_so(tiny_plan, write_plan):
 
 def test_a_unit_probe_simulates_every_replica_as_sim_run_does(unit_plan, write_plan):
     from sim.config.scenario import parse_scenario
-    from sim.engine.cluster import ClusterSimulation, summarize_cluster
+    from sim.engine.cluster.simulation import ClusterSimulation, summarize_cluster
 
     spec = load_plan(write_plan(unit_plan))
     unit = next(c for c in spec.configs if c.unit["num_replicas"] == 2 and c.unit["router"] == "prefix-aware")

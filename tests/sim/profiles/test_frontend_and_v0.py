@@ -1,4 +1,4 @@
-"""The front end's CPU (sim/engine/frontend.py) and vLLM V0's prefill-first steps, end to end."""
+"""The front end's CPU (sim/engine/step/frontend.py) and vLLM V0's prefill-first steps, end to end."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 
 from sim.config.scenario import parse_scenario
 from sim.cost.profile import PROFILES
-from sim.engine.frontend import FrontEnd
-from sim.engine.metrics import request_latencies, summarize
+from sim.engine.step.frontend import FrontEnd
+from sim.engine.logs.metrics import request_latencies, summarize
 from sim.engine.simulation import Simulation
 
 
@@ -198,7 +198,7 @@ def test_api_servers_are_checked(scenario_dict, tmp_path) -> None:
 
 
 def test_a_clusters_summary_names_its_busiest_front_end(scenario_dict, tmp_path) -> None:
-    from sim.engine.cluster import ClusterSimulation, summarize_cluster
+    from sim.engine.cluster.simulation import ClusterSimulation, summarize_cluster
 
     data = scenario_dict(engine={"num_gpu_blocks_override": 60, "profile": "vllm-v1",
                                  "profile_overrides": {"frontend_token_s": 0.02}},

@@ -49,7 +49,7 @@ def test_a_scenario_turns_it_off_and_the_run_slows(tmp_path) -> None:
     off = [*base, "engine.profile_overrides.gqa_shared_kv_reads=false"]
     parts = build_parts(load_scenario("scenarios/chatbot.yaml", off))
     assert parts.cost.graph.decode_kv_reads == 4.0 and parts.cost.eager.decode_kv_reads == 4.0
-    from sim.engine.metrics import summarize
+    from sim.engine.logs.metrics import summarize
     from sim.engine.simulation import Simulation
 
     tpot = [summarize(Simulation(load_scenario("scenarios/chatbot.yaml", o)).run())["tpot_s"]["mean"]

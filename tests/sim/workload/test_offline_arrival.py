@@ -9,7 +9,7 @@ import yaml
 
 from sim.cli.main import main
 from sim.config.scenario import parse_scenario
-from sim.engine.metrics import summarize
+from sim.engine.logs.metrics import summarize
 from sim.engine.simulation import Simulation
 from sim.errors import ConfigError
 from sim.workload.generate import arrival_times

@@ -18,7 +18,7 @@ copy completes (its blocks freed) and the request joins the decode replica's run
 with its prompt computed and one token generated, and decodes the rest there.
 
 The link: every replica has one NIC resource (a SimPy resource; a replica with tensor
-parallelism has a NIC per GPU moving its shard alongside, sim/engine/disagg_parts.py). A
+parallelism has a NIC per GPU moving its shard alongside, sim/engine/disagg/pools.py). A
 transfer holds the prefill replica's NIC, then the decode replica's (always in that order:
 no deadlock), so a prefill replica sending to many decode replicas and a decode replica
 receiving from many both serialize, as one RDMA transfer runs a NIC at line rate. A
@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from sim.engine.disagg_parts import TransferSizing
-from sim.engine.step import EngineStep, Step, StepEnd, WaitKind
+from sim.engine.disagg.pools import TransferSizing
+from sim.engine.step.engine_step import EngineStep, Step, StepEnd, WaitKind
 from sim.request import Request
 
 
@@ -104,7 +104,7 @@ class TransferStats:
 
 
 class Disaggregation:
-    """The hand-off between the pools of a :class:`~sim.engine.cluster.ClusterSimulation`."""
+    """The hand-off between the pools of a :class:`~sim.engine.cluster.simulation.ClusterSimulation`."""
 
     def __init__(self, env: simpy.Environment, prefill: list, decode: list, decode_router,
                  sizing: TransferSizing) -> None:

@@ -3,7 +3,7 @@
 With ``engine.pipeline_parallel_size`` = pp > 1 a replica's layers are split into pp stages
 (sim/model/parallel.py), each on ``tensor_parallel_size`` GPUs. Each stage is a SimPy
 resource a batch holds for its stage time, the activations crossing the p2p link in between
-(sim/engine/pipeline_stages.py, stage times from sim/cost/pipeline.py): pipeline bubbles and
+(sim/engine/pipeline/stages.py, stage times from sim/cost/pipeline.py): pipeline bubbles and
 overlap come out of the simulation, not out of a formula.
 
 Which batches are in flight is the engine's business. vLLM has had two forms, and
@@ -18,26 +18,26 @@ Which batches are in flight is the engine's business. vLLM has had two forms, an
   unfinished seqs"); each virtual engine runs one batch at a time (the async engine keeps
   one ``engine_step`` per virtual engine in flight), so a request is in at most one batch.
   This module runs it: the virtual engines are the cluster machinery's replicas
-  (sim/engine/cluster.py) on one SimPy clock, fed by a least-outstanding router without
+  (sim/engine/cluster/simulation.py) on one SimPy clock, fed by a least-outstanding router without
   sticky sessions, each with its own scheduler, allocator of ``num_gpu_blocks // pp``
   blocks, swap space of 1/pp, front end and step log, all sharing the stages. Macro-steps
-  (sim/engine/macro.py) advance one engine's clock by summed step durations, which is not
+  (sim/engine/macro/run.py) advance one engine's clock by summed step durations, which is not
   valid when a step waits for stages another engine holds: a pipeline run has them off.
 - **V1: a batch queue** (vllm/v1/engine/core.py ``EngineCore``: ``batch_queue_size =
   max_concurrent_batches`` = pp, ``step_with_batch_queue``): one scheduler and one KV pool
   of all the blocks, up to pp batches in flight, a request scheduled again only after its
-  batch came back. sim/engine/pipeline_batch_queue.py runs it (its docstring has what
+  batch came back. sim/engine/pipeline/batch_queue.py runs it (its docstring has what
   vLLM's scheduler does with requests in flight).
 
 ``PipelineSimulation(sc)`` builds the form the scenario runs: a :class:`PipelineSimulation`
 (virtual engines; ``run()`` returns a ClusterResult), a
-:class:`~sim.engine.pipeline_batch_queue.BatchQueueSimulation` (``run()`` returns a
+:class:`~sim.engine.pipeline.batch_queue.BatchQueueSimulation` (``run()`` returns a
 SimResult) or, with ``cluster.num_replicas`` > 1, a
-:class:`~sim.engine.pipeline_cluster.PipelineCluster` of batch-queue replicas behind the
+:class:`~sim.engine.pipeline.cluster.PipelineCluster` of batch-queue replicas behind the
 cluster's router (``run()`` returns a ClusterResult); ``summarize_pipeline``
-(sim/engine/pipeline_summary.py) writes each one's summary.json. Replicas of the
+(sim/engine/pipeline/summary.py) writes each one's summary.json. Replicas of the
 virtual-engines form, and disaggregated pools of either form, are refused
-(sim/engine/pipeline_cluster.py ``check_pipeline_cluster`` says why).
+(sim/engine/pipeline/cluster.py ``check_pipeline_cluster`` says why).
 """
 from __future__ import annotations
 
@@ -48,13 +48,13 @@ import simpy
 from sim.config.cluster_schema import ClusterConfig
 from sim.config.profile_schema import PipelineMode, pipeline_mode
 from sim.config.scenario import Scenario
-from sim.engine.cluster import ClusterResult, ClusterSimulation
-from sim.engine.replica import Replica
+from sim.engine.cluster.simulation import ClusterResult, ClusterSimulation
+from sim.engine.cluster.replica import Replica
 from sim.engine.parts import EngineParts, SessionDriver, build_parts, engine_state
-from sim.engine.pipeline_batch_queue import BatchQueueSimulation
-from sim.engine.pipeline_cluster import PipelineCluster, check_pipeline_cluster
-from sim.engine.pipeline_stages import StagedRunner, Stages
-from sim.engine.router import Router
+from sim.engine.pipeline.batch_queue import BatchQueueSimulation
+from sim.engine.pipeline.cluster import PipelineCluster, check_pipeline_cluster
+from sim.engine.pipeline.stages import StagedRunner, Stages
+from sim.engine.cluster.router import Router
 from sim.errors import ConfigError
 from sim.model.memory import check_fits_one_sequence
 from sim.model.parallel import PP_KEY

@@ -1,4 +1,4 @@
-"""The router of a cluster: which replica gets a request (sim/engine/cluster.py).
+"""The router of a cluster: which replica gets a request (sim/engine/cluster/simulation.py).
 
 * ``round-robin``: replicas in turn.
 * ``least-outstanding``: the replica with the fewest requests in flight: waiting, running,
@@ -15,7 +15,7 @@
 Ties go to the first replica at or after a rotating start (the one after the last pick),
 so an idle cluster spreads requests instead of piling them on replica 0.
 
-With disaggregation (sim/engine/disagg.py) one router picks among the prefill pool (the
+With disaggregation (sim/engine/disagg/handoff.py) one router picks among the prefill pool (the
 cluster's ``router``) and another among the decode pool (``decode_router``: ``least-kv`` or
 ``least-outstanding``); each sees only its pool's replicas.
 """
@@ -28,7 +28,7 @@ from sim.request import Request
 
 class Router:
     """Picks a replica index for each request. A replica offers ``outstanding()`` and
-    ``allocator`` (sim/engine/cluster.py's :class:`Replica`)."""
+    ``allocator`` (sim/engine/cluster/simulation.py's :class:`Replica`)."""
 
     def __init__(self, cfg: ClusterConfig, replicas: list, kind: str | None = None) -> None:
         self.kind = RouterKind(cfg.router if kind is None else kind)  # ``kind``: a decode pool's router

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.engine.profile_info import engine_summary, profile_notes
-from sim.engine.request_stats import RunRequests
-from sim.engine.step_log import COLUMNS, StepLog, step_aggregates  # noqa: F401 (re-exported)
+from sim.engine.logs.profile_info import engine_summary, profile_notes
+from sim.engine.logs.request_stats import RunRequests
+from sim.engine.logs.step_log import COLUMNS, StepLog, step_aggregates  # noqa: F401 (re-exported)
 from sim.kv.base import KVAllocator
 from sim.model.dtypes import embedding_dtype
 

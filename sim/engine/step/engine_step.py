@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Callable, Protocol
 
-from sim.engine.metrics import StepLog
-from sim.engine.predict import predicted_step_s, predicted_transfer_s
+from sim.engine.logs.metrics import StepLog
+from sim.engine.step.predict import predicted_step_s, predicted_transfer_s
 from sim.request import Request
 from sim.sched.output import SchedulerOutput
 
@@ -152,7 +152,7 @@ class EngineStep:
         return StepEnd(follow_ups=self.follow_ups(finished), finished=finished)
 
     def after_stretch_finish(self, end_s: float) -> None:
-        """A macro-step stretch's step (sim/engine/macro.py) ending at ``end_s`` finished
+        """A macro-step stretch's step (sim/engine/macro/run.py) ending at ``end_s`` finished
         requests and freed their blocks: what ``end`` does after such a step beyond the
         scheduler's update, the step log and the follow-up turns. Nothing here."""
 

@@ -1,6 +1,6 @@
-"""One engine of a cluster (sim/engine/cluster.py): a Simulation on the cluster's clock, fed by
+"""One engine of a cluster (sim/engine/cluster/simulation.py): a Simulation on the cluster's clock, fed by
 its router, and when it may next be read or fed from outside its engine loop (its
-macro-steps run off the clock until then: sim/engine/macro.py)."""
+macro-steps run off the clock until then: sim/engine/macro/run.py)."""
 
 from __future__ import annotations
 
@@ -12,19 +12,19 @@ from sim.workload.generate import SessionSpec
 
 class Replica(Simulation):
     """One engine of a cluster: a Simulation on the cluster's clock, fed by its router.
-    ``role``: ``prefill`` or ``decode`` in a disaggregated cluster (sim/engine/disagg.py)."""
+    ``role``: ``prefill`` or ``decode`` in a disaggregated cluster (sim/engine/disagg/handoff.py)."""
 
-    macro_straddles = False  # the router reads replicas between their steps (sim/engine/macro.py)
+    macro_straddles = False  # the router reads replicas between their steps (sim/engine/macro/run.py)
 
     def __init__(self, cluster, index: int, parts: EngineParts,  # noqa: PLW0231
                  role: str | None = None) -> None:
-        """``cluster``: the :class:`~sim.engine.cluster.ClusterSimulation` it belongs to."""
+        """``cluster``: the :class:`~sim.engine.cluster.simulation.ClusterSimulation` it belongs to."""
         self.cluster, self.index, self.role = cluster, index, role
         # macro-steps go on the clock around the times the router may read or feed this
         # replica (``next_input_s``); a disaggregated pool's hand-offs are left to the normal path
         self.macro_stepwise = role is None
         # A prefill replica runs prefill copies sharing their request's id: they must not be
-        # retired into the cluster's request log (sim/engine/request_log.py) in its place.
+        # retired into the cluster's request log (sim/engine/logs/request_log.py) in its place.
         self._assemble(parts, cluster.env, cluster.driver, None, cluster.macro_steps,
                        keep_requests=role == "prefill")
         self.requests: list[Request] = []  # the requests routed here, in arrival order
@@ -59,7 +59,7 @@ class Replica(Simulation):
         loop: the router's next pick (of any replica, or of this one under round-robin), or a
         request reaching its scheduler from its front end; -inf when that is not known ahead
         (a follow-up turn may be routed after any step). Its macro-steps run off the clock
-        until then (sim/engine/macro.py)."""
+        until then (sim/engine/macro/run.py)."""
         t = self.cluster.next_pick_s(self.index)
         if self._feeds and self._feeds[0] < t:
             return self._feeds[0]

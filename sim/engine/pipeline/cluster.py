@@ -3,19 +3,19 @@
 A real deployment of a model too large for one node's worth of tensor parallelism (a 70B
 model on tp x pp GPUs) serves it as several such copies behind a router. With
 ``cluster.num_replicas`` = N > 1 and ``engine.pipeline_parallel_size`` = pp > 1 in vLLM V1's
-form (``engine.pipeline_mode: batch-queue``, sim/engine/pipeline_batch_queue.py) each of the
+form (``engine.pipeline_mode: batch-queue``, sim/engine/pipeline/batch_queue.py) each of the
 N replicas is a whole batch-queue engine: its own scheduler, one KV pool of all its blocks,
-its own pp stages (SimPy resources, sim/engine/pipeline_stages.py) and its own batches in
+its own pp stages (SimPy resources, sim/engine/pipeline/stages.py) and its own batches in
 flight, on tp x pp GPUs; N x tp x pp GPUs in all. The replicas are the cluster machinery's
-(sim/engine/cluster.py): one SimPy environment, one SessionDriver, every router kind and
+(sim/engine/cluster/simulation.py): one SimPy environment, one SessionDriver, every router kind and
 sticky sessions, requests.csv's ``replica`` column, per-replica summary entries.
 
-:class:`BatchQueueReplica` is a cluster :class:`~sim.engine.cluster.Replica` (what the
+:class:`BatchQueueReplica` is a cluster :class:`~sim.engine.cluster.simulation.Replica` (what the
 router reads, how a request is accepted, follow-up turns through the router) whose engine
-loop is the batch queue's (:class:`~sim.engine.pipeline_batch_queue.BatchQueueSimulation`:
+loop is the batch queue's (:class:`~sim.engine.pipeline.batch_queue.BatchQueueSimulation`:
 ``_engine``, ``_pump``, ...); :class:`PipelineCluster` is a ClusterSimulation building those.
 ``run()`` returns a ClusterResult whose replicas' results carry their own
-``extra["pipeline"]`` (stage busy times, batches); sim/engine/pipeline_summary.py writes
+``extra["pipeline"]`` (stage busy times, batches); sim/engine/pipeline/summary.py writes
 the cluster summary plus a ``parallel`` block for the whole and for each replica.
 
 Refused, one ``error:`` line each (:func:`check_pipeline_cluster`):
@@ -32,10 +32,10 @@ from __future__ import annotations
 
 from sim.config.profile_schema import PipelineMode, pipeline_mode
 from sim.config.scenario import Scenario
-from sim.engine.cluster import ClusterResult, ClusterSimulation
-from sim.engine.replica import Replica
+from sim.engine.cluster.simulation import ClusterResult, ClusterSimulation
+from sim.engine.cluster.replica import Replica
 from sim.engine.parts import EngineParts
-from sim.engine.pipeline_batch_queue import BatchQueueSimulation
+from sim.engine.pipeline.batch_queue import BatchQueueSimulation
 from sim.engine.simulation import SimResult
 from sim.errors import ConfigError
 from sim.model.parallel import PP_KEY

@@ -1,12 +1,12 @@
-"""summary.json of a pipeline-parallel run (sim/engine/pipeline.py), in any form.
+"""summary.json of a pipeline-parallel run (sim/engine/pipeline/simulation.py), in any form.
 
-**Batch queue** (vLLM V1, sim/engine/pipeline_batch_queue.py): a single engine's summary
-(sim/engine/metrics.py ``summarize``: one scheduler, one pool) plus the ``parallel`` block
+**Batch queue** (vLLM V1, sim/engine/pipeline/batch_queue.py): a single engine's summary
+(sim/engine/logs/metrics.py ``summarize``: one scheduler, one pool) plus the ``parallel`` block
 below with ``form`` ``batch-queue``, ``max_batches_in_flight`` (pp),
 ``peak_batches_in_flight`` and ``num_gpu_blocks`` (the one pool). ``engine.num_steps``
 counts batches; ``engine.busy_s`` is the time at least one batch was in flight.
 
-**Virtual engines** (vLLM V0): the cluster summary (sim/engine/cluster.py
+**Virtual engines** (vLLM V0): the cluster summary (sim/engine/cluster/simulation.py
 ``summarize_cluster``) over the virtual engines, which its ``replicas`` entries and the
 ``replica`` column of requests.csv and steps.csv stand for, plus a ``parallel`` block.
 
@@ -23,7 +23,7 @@ The ``parallel`` block:
   it counts idle time for lack of requests too);
 - ``batches``: batches run through the pipeline.
 
-**Replicas of the batch queue** (``cluster.num_replicas`` N > 1, sim/engine/pipeline_cluster.py):
+**Replicas of the batch queue** (``cluster.num_replicas`` N > 1, sim/engine/pipeline/cluster.py):
 the cluster summary (``summarize_cluster``: per-replica entries, totals), its ``cluster``
 block with ``gpus`` (N x tp x pp); a ``parallel`` block over the whole (as the batch
 queue's, with ``num_replicas``, ``gpus``, ``num_gpu_blocks_per_replica``, ``batches`` summed,
@@ -43,8 +43,8 @@ engine's step lasts from its schedule to its last stage's end, waits for stages 
 
 from __future__ import annotations
 
-from sim.engine.cluster import ClusterResult, summarize_cluster
-from sim.engine.metrics import summarize
+from sim.engine.cluster.simulation import ClusterResult, summarize_cluster
+from sim.engine.logs.metrics import summarize
 from sim.engine.simulation import SimResult
 
 
@@ -85,7 +85,7 @@ def _summarize_batch_queue(result: SimResult) -> dict:
 
 
 def _summarize_batch_queue_cluster(result: ClusterResult) -> dict:
-    """Replicas of a batch-queue engine (sim/engine/pipeline_cluster.py): the cluster's summary,
+    """Replicas of a batch-queue engine (sim/engine/pipeline/cluster.py): the cluster's summary,
     a ``parallel`` block over the whole (stage busy shares: means over replicas) and one in
     each ``replicas`` entry (its own stages)."""
     out = summarize_cluster(result)
@@ -120,7 +120,7 @@ def summarize_pipeline(result: ClusterResult | SimResult) -> dict:
     """summary.json of a PipelineSimulation's result, any form (module docstring)."""
     if isinstance(result, SimResult):
         return _summarize_batch_queue(result)
-    if result.extra["pipeline"].get("form") == "batch-queue":  # replicas (sim/engine/pipeline_cluster.py)
+    if result.extra["pipeline"].get("form") == "batch-queue":  # replicas (sim/engine/pipeline/cluster.py)
         return _summarize_batch_queue_cluster(result)
     out = summarize_cluster(result)
     plan = result.extra["pipeline"]["plan"]
@@ -128,7 +128,7 @@ def summarize_pipeline(result: ClusterResult | SimResult) -> dict:
     out["parallel"] = _parallel(result, "virtual-engines")
     out["parallel"].update(virtual_engines=pp, blocks_per_virtual_engine=plan.num_gpu_blocks // pp)
     out["engine"]["gpus"] = plan.tensor_parallel_size * pp  # the virtual engines share one model copy
-    # the engine's own router over its virtual engines (sim/engine/pipeline.py), not the scenario's cluster keys
+    # the engine's own router over its virtual engines (sim/engine/pipeline/simulation.py), not the scenario's cluster keys
     out["cluster"].update(router="least-outstanding", sticky_sessions=False)
     out["notes"].append(
         f"pipeline_parallel_size {pp}: `replicas` (and the replica column of requests.csv and steps.csv) are the"

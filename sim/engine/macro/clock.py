@@ -1,4 +1,4 @@
-"""A macro-step stretch's clock and front end (sim/engine/macro.py): moving the SimPy clock
+"""A macro-step stretch's clock and front end (sim/engine/macro/run.py): moving the SimPy clock
 to the end of steps advanced off it, and streaming a step's tokens through the front end."""
 
 from __future__ import annotations

@@ -6,17 +6,17 @@ allocator, swap space, PCIe link, front end and step log (a :class:`Replica` is 
 :class:`~sim.engine.simulation.Simulation` assembled on the cluster's SimPy environment,
 so every replica runs the very same engine loop). One
 :class:`~sim.engine.parts.SessionDriver` makes every request (ids and conversation history
-are global, in arrival order); the router (sim/engine/router.py) picks a replica, whose
+are global, in arrival order); the router (sim/engine/cluster/router.py) picks a replica, whose
 front end or scheduler then gets it. With ``sticky_sessions`` the later turns of a
 conversation go to the replica of its first turn.
 
 With ``cluster.disaggregation`` the replicas form a prefill pool and a decode pool, each
-assembled from its own overrides (sim/engine/disagg_parts.py): the router places each
-request on a prefill replica and the hand-off (sim/engine/disagg.py) moves its KV to a
-decode replica; summary.json gains ``cluster.disaggregation`` (sim/engine/disagg_summary.py)
+assembled from its own overrides (sim/engine/disagg/pools.py): the router places each
+request on a prefill replica and the hand-off (sim/engine/disagg/handoff.py) moves its KV to a
+decode replica; summary.json gains ``cluster.disaggregation`` (sim/engine/disagg/summary.py)
 and each replica's ``role``.
 
-A replica (sim/engine/replica.py) runs its macro-steps (sim/engine/macro.py) off the clock
+A replica (sim/engine/cluster/replica.py) runs its macro-steps (sim/engine/macro/run.py) off the clock
 until it may next be read or fed: the router's next pick (known ahead when no session has a
 follow-up turn: the next arrival, or under round-robin the next arrival whose turn it is)
 or a request leaving its front end; the step such an event falls within runs on the clock
@@ -40,13 +40,13 @@ from dataclasses import dataclass, field
 import simpy
 
 from sim.config.scenario import Scenario
-from sim.engine.metrics import frontend_note, summarize
-from sim.engine.disagg import Disaggregation
-from sim.engine.disagg_parts import build_pools, with_sessions
-from sim.engine.disagg_summary import disaggregation_summary, prefill_pool_hit_rate
+from sim.engine.logs.metrics import frontend_note, summarize
+from sim.engine.disagg.handoff import Disaggregation
+from sim.engine.disagg.pools import build_pools, with_sessions
+from sim.engine.disagg.summary import disaggregation_summary, prefill_pool_hit_rate
 from sim.engine.parts import SessionDriver, build_parts, replica_parts, without_vetoed_defaults
-from sim.engine.router import Router
-from sim.engine.replica import Replica
+from sim.engine.cluster.router import Router
+from sim.engine.cluster.replica import Replica
 from sim.engine.simulation import SimResult
 from sim.errors import ConfigError
 from sim.request import Request
@@ -64,7 +64,7 @@ class ClusterResult:
     end_s: float = 0.0
     extra: dict = field(default_factory=dict)
     roles: list = field(default_factory=list)  # per replica: None, or "prefill" / "decode"
-    handoff: object = None  # disaggregation: the hand-off (sim/engine/disagg.py), its transfer figures
+    handoff: object = None  # disaggregation: the hand-off (sim/engine/disagg/handoff.py), its transfer figures
 
     def combined(self) -> SimResult:
         """Every request, with replica 0's engine: summarize() over it gives the request
@@ -76,7 +76,7 @@ class ClusterResult:
 def refuse_pipeline_pools(sc: Scenario, pools: dict[str, Scenario]) -> None:
     """A pool override ``engine.pipeline_parallel_size`` > 1 (``pools``: role -> the pool's
     scenario): one error line (the hand-off drives one-stage engines;
-    sim/engine/pipeline_cluster.py ``check_pipeline_cluster``). Also `sim plan`'s check."""
+    sim/engine/pipeline/cluster.py ``check_pipeline_cluster``). Also `sim plan`'s check."""
     for role, pool_sc in pools.items():
         pp = pool_sc.engine.pipeline_parallel_size
         if pp > 1:
@@ -90,7 +90,7 @@ class ClusterSimulation:
     :class:`ClusterResult` (``summarize_cluster`` turns it into summary.json)."""
 
     #: The engine of each replica; replicas of a pipeline-parallel engine (vLLM V1's batch
-    #: queue) are sim/engine/pipeline_cluster.py's BatchQueueReplica (#15).
+    #: queue) are sim/engine/pipeline/cluster.py's BatchQueueReplica (#15).
     replica_class = Replica
     single_turns = False  # no session has a follow-up turn (set in __init__)
     next_route_s = -math.inf  # no earlier than the router's next pick (-inf: not known)
@@ -245,7 +245,7 @@ def summarize_cluster(result: ClusterResult) -> dict:
                       "sticky_sessions": cfg.sticky_sessions, "prefix_load_factor": cfg.prefix_load_factor,
                       "prefix_routed": router.num_prefix_routed, "prefix_fallbacks": router.num_fallbacks,
                       "aggregation": AGGREGATION}
-    if result.handoff is not None:  # disaggregated prefill/decode (sim/engine/disagg_summary.py)
+    if result.handoff is not None:  # disaggregated prefill/decode (sim/engine/disagg/summary.py)
         kv["prefix_cache_hit_rate"] = prefill_pool_hit_rate(result)
         out["cluster"]["disaggregation"] = disaggregation_summary(result, per)
     if str(cfg.router) == "prefix-aware" and not result.scenario.kv.prefix_caching:

@@ -31,7 +31,7 @@ with its own engine loop) schedules a new batch when stage 0 is free, fewer than
 are in flight and the scheduler has work; scheduling when stage 0 frees rather than as soon
 as a slot frees lets a batch take in the requests that arrived meanwhile, and changes no
 timing (the batch would wait for stage 0 anyway). The batch goes through the stages of
-sim/engine/pipeline_stages.py (the same ones vLLM V0's form holds; stage times from
+sim/engine/pipeline/stages.py (the same ones vLLM V0's form holds; stage times from
 sim/cost/pipeline.py); when it leaves the last stage it waits for any older batch still in
 flight, then its output is applied (``EngineStep.end``: the scheduler's update, the step
 log, finished requests, follow-up turns) and the next batch may go.
@@ -58,7 +58,7 @@ Step log: a row per batch, written when its output is applied; its ``duration_s`
 time since the previous row when that is shorter than the batch's own time, so the rows
 tile the time the engine had a batch in flight (``engine.busy_s``) and time-weighted means
 stay means. Macro-steps are off. ``cluster.num_replicas`` > 1 runs replicas of this engine
-behind the cluster's router (sim/engine/pipeline_cluster.py).
+behind the cluster's router (sim/engine/pipeline/cluster.py).
 """
 
 from __future__ import annotations
@@ -71,11 +71,11 @@ from operator import attrgetter
 import simpy
 
 from sim.config.scenario import Scenario
-from sim.engine.metrics import StepLog
+from sim.engine.logs.metrics import StepLog
 from sim.engine.parts import build_parts
-from sim.engine.pipeline_stages import StagedRunner, Stages
+from sim.engine.pipeline.stages import StagedRunner, Stages
 from sim.engine.simulation import SimResult, Simulation
-from sim.engine.step import EngineStep, Step, WaitKind
+from sim.engine.step.engine_step import EngineStep, Step, WaitKind
 from sim.errors import ConfigError
 from sim.sched.static import StaticScheduler
 
@@ -129,14 +129,14 @@ class Batch:
 
 class BatchQueueSimulation(Simulation):
     """One pipeline-parallel engine in vLLM V1's form (module docstring). ``run()`` returns a
-    SimResult whose ``extra["pipeline"]`` holds the stages' figures (sim/engine/pipeline_summary.py)."""
+    SimResult whose ``extra["pipeline"]`` holds the stages' figures (sim/engine/pipeline/summary.py)."""
 
     def __init__(self, sc: Scenario, progress=None, step_hook=None) -> None:  # noqa: PLW0231 -- its own checks
         pp = sc.engine.pipeline_parallel_size
-        if sc.cluster.num_replicas > 1:  # replicas of it: sim/engine/pipeline_cluster.py
+        if sc.cluster.num_replicas > 1:  # replicas of it: sim/engine/pipeline/cluster.py
             raise ConfigError(sc.source_path, "cluster.num_replicas", (
                 f"{sc.cluster.num_replicas} replicas of a pipeline-parallel engine run as a cluster "
-                "(sim/engine/pipeline_cluster.py, through PipelineSimulation: `sim run`, `sim sweep`); "
+                "(sim/engine/pipeline/cluster.py, through PipelineSimulation: `sim run`, `sim sweep`); "
                 "this class simulates one engine: set cluster.num_replicas: 1"))
         self._assemble(build_parts(sc), simpy.Environment(), None, step_hook, macro_steps=False)
         self.progress = progress
@@ -144,7 +144,7 @@ class BatchQueueSimulation(Simulation):
 
     def _init_queue(self, pp: int) -> None:
         """The batch queue's state on an assembled engine (a cluster's replica calls it too,
-        sim/engine/pipeline_cluster.py): its own stages, runner and step log."""
+        sim/engine/pipeline/cluster.py): its own stages, runner and step log."""
         self.pp = pp
         self.stages = Stages(self.env, pp)
         self.runner = StagedRunner(self.cost)
@@ -239,7 +239,7 @@ class BatchQueueSimulation(Simulation):
         self._pump()
 
     def pipeline_info(self) -> dict:
-        """The stages' figures (``extra["pipeline"]`` of a result, sim/engine/pipeline_summary.py)."""
+        """The stages' figures (``extra["pipeline"]`` of a result, sim/engine/pipeline/summary.py)."""
         return {
             "stage_busy_s": list(self.stages.busy_s), "batches": self.stages.batches, "plan": self.plan,
             "stage_layers": list(getattr(self.cost, "stage_layers", (self.model.num_layers,))),

@@ -1,4 +1,4 @@
-"""Assembling the two pools of a disaggregated cluster (sim/engine/disagg.py).
+"""Assembling the two pools of a disaggregated cluster (sim/engine/disagg/handoff.py).
 
 Each pool runs the scenario's engine with the pool's own ``engine`` and ``scheduler``
 overrides (``cluster.disaggregation.prefill`` / ``.decode``, e.g. another tensor

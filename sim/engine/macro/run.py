@@ -11,7 +11,7 @@ one go, doing per step only what changes:
 * the allocator calls the scheduler would make: a request whose next token does not fit
   its ``slot_room`` calls ``allocate_slots`` at exactly the step and in exactly the order it
   would have (requests are bucketed by the step of their next crossing), so blocks are
-  taken, hashed and evicted in the same sequence (sim/engine/macro_batch.py);
+  taken, hashed and evicted in the same sequence (sim/engine/macro/batch.py);
 * the step log's row, from running sums of held, computed and final tokens updated at
   those crossings (the same integers ``StepLog.record`` sums over every request);
 * the front end's streaming work (one token per request per step).
@@ -58,9 +58,9 @@ from __future__ import annotations
 import math
 
 from sim.cost.shape import BatchShape
-from sim.engine.macro_batch import DecodeBatch
-from sim.engine.macro_clock import advance_to, stream
-from sim.engine.metrics import StepLog
+from sim.engine.macro.batch import DecodeBatch
+from sim.engine.macro.clock import advance_to, stream
+from sim.engine.logs.metrics import StepLog
 from sim.kv.paged import PagedAllocator
 from sim.sched.continuous import ContinuousScheduler
 from sim.sched.output import SchedulerOutput

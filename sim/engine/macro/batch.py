@@ -1,4 +1,4 @@
-"""The decoding requests of a macro-step stretch (sim/engine/macro.py), by slot.
+"""The decoding requests of a macro-step stretch (sim/engine/macro/run.py), by slot.
 
 A slot is a request's place in the stretch, handed out in running order: the requests
 running when the stretch starts get slots 0..n-1, and a request admitted during it gets the
@@ -7,7 +7,7 @@ sorting slots sorts requests in scheduling order. Per slot the batch keeps what 
 changes only by one token (computed and generated tokens, as offsets from the step index
 ``k``); a request's own counters (and, when every crossing only takes a block, its
 ``slot_room``) are written back when the stretch ends, and a finishing request's when it finishes. Two
-schedules say which slots act at which step: the crossings (sim/engine/macro_cross.py:
+schedules say which slots act at which step: the crossings (sim/engine/macro/cross.py:
 ``allocate_slots`` is due) and ``fin`` (its last token).
 
 The running sums that ``StepLog.record`` would recompute over every running request each
@@ -16,7 +16,7 @@ step (held slots, computed tokens, ``min(held, final)``) are updated where they 
 
 from __future__ import annotations
 
-from sim.engine.macro_cross import Buckets, Ring
+from sim.engine.macro.cross import Buckets, Ring
 from sim.request import Request
 
 

@@ -1,4 +1,4 @@
-"""When each decode of a macro-step stretch next calls ``allocate_slots`` (sim/engine/macro_batch.py).
+"""When each decode of a macro-step stretch next calls ``allocate_slots`` (sim/engine/macro/batch.py).
 
 A decode calls the allocator at a step whose new token does not fit its ``slot_room``: a
 *crossing*. Two schedules of crossings, by slot (slots sort in scheduling order):

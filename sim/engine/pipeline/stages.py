@@ -1,6 +1,6 @@
 """The stages of a pipeline-parallel replica and the runner whose batches go through them
-(issue #15 item 2), shared by both pipeline forms (sim/engine/pipeline.py: vLLM V0's virtual
-engines; sim/engine/pipeline_batch_queue.py: vLLM V1's batch queue).
+(issue #15 item 2), shared by both pipeline forms (sim/engine/pipeline/simulation.py: vLLM V0's virtual
+engines; sim/engine/pipeline/batch_queue.py: vLLM V1's batch queue).
 
 Each stage is a SimPy resource of capacity 1: a batch holds stage 0 for its stage-0 time
 (sim/cost/pipeline.py), sends its activations over the p2p link (a delay that holds no
@@ -16,8 +16,8 @@ from typing import Callable
 import simpy
 
 from sim.cost.pipeline import PipelineCost
-from sim.engine.predict import predicted_step_s
-from sim.engine.step import PredictedRunner
+from sim.engine.step.predict import predicted_step_s
+from sim.engine.step.engine_step import PredictedRunner
 from sim.sched.output import SchedulerOutput
 
 
@@ -49,7 +49,7 @@ class Stages:
 
 
 class StagedRunner(PredictedRunner):
-    """A BatchRunner (sim/engine/step.py) on a PipelineCost: the compute wait is one batch's
+    """A BatchRunner (sim/engine/step/engine_step.py) on a PipelineCost: the compute wait is one batch's
     time through every stage, and the stage times are kept for the stages to hold. On a
     plain cost model (one stage: ``pipeline_parallel_size`` 1) it is the PredictedRunner's
     time as a single stage."""

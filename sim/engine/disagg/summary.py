@@ -1,4 +1,4 @@
-"""summary.json's figures of a disaggregated cluster (sim/engine/disagg.py): the pools'
+"""summary.json's figures of a disaggregated cluster (sim/engine/disagg/handoff.py): the pools'
 totals and the KV transfer's, under ``cluster.disaggregation``.
 
 Requests are counted per pool: a prefill replica counts the prefill copies routed to it

@@ -1,7 +1,7 @@
 """Per-request latencies and counts over a whole run, as arrays.
 
-The same arithmetic as :func:`sim.engine.metrics.request_latencies` request by request,
-done on the columns of :func:`sim.engine.request_log.request_columns`, so a run of a
+The same arithmetic as :func:`sim.engine.logs.metrics.request_latencies` request by request,
+done on the columns of :func:`sim.engine.logs.request_log.request_columns`, so a run of a
 million requests is summarised without a million objects.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.engine.request_log import STATUSES, request_columns
+from sim.engine.logs.request_log import STATUSES, request_columns
 from sim.request import RequestStatus
 
 #: The columns :func:`latency_columns` reads.

@@ -1,0 +1,4 @@
+"""What a run records: the step log (spilled to disk in long runs), the request log (finished
+requests retired into rows), request columns, and the run summary (``metrics.summarize``).
+
+Imports only the layers below the engine."""
