@@ -67,6 +67,7 @@ _TABLE = (
     Limit("kv.swap_space_gb", 1 << 20, "1 PiB of host memory"),
     Limit("scheduler.max_num_seqs", 1 << 20, "more than any engine runs at once"),
     Limit("scheduler.max_num_batched_tokens", MAX_TOKENS, "as engine.max_model_len"),
+    Limit("scheduler.long_prefill_token_threshold", MAX_TOKENS, "as engine.max_model_len"),
     Limit("workload.num_requests", MAX_SESSIONS, "a run holds every request in memory"),
     Limit("workload.duration_s", MAX_DURATION_S, "one year of arrivals"),
     Limit("workload.arrival.rate", 1e6, "requests per second", min=1e-6),

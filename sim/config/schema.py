@@ -270,6 +270,9 @@ class SchedulerConfig(_Frozen):
     preemption_victim: _choice(VictimPolicy) = VictimPolicy.LIFO
     watermark: Annotated[float, Field(ge=0, lt=0.5, allow_inf_nan=False)] = 0.0  # pool share kept free at admission
     when_kv_full: _choice(WhenKVFull) = WhenKVFull.QUEUE
+    #: a prompt chunk takes at most this many tokens while other requests are in the engine (vLLM's
+    #: --long-prefill-token-threshold; 0: no cap)
+    long_prefill_token_threshold: nonneg_int("scheduler.long_prefill_token_threshold") = 0
 
 
 class SLO(_Frozen):

@@ -92,6 +92,31 @@ GRAPH_KERNEL_S = 1.3e-6
 
 
 @dataclass(frozen=True)
+class SchedulerRules:
+    """Scheduling decisions an engine makes its own way, beyond the scenario's keys. The
+    defaults are kvsim's generic continuous batching; ``VLLM_0_33`` is vLLM 0.33.0's V1
+    scheduler, checked decision by decision against vLLM's own classes (tests/conformance/,
+    docs/CONFORMANCE.md). A later vLLM that changes a rule gets rules of its own."""
+
+    mirrors: str = ""  # the engine release these rules were checked against ("" none)
+    null_block: bool = False  # one block of the pool is the engine's null block, never allocated
+    decodes_first: bool = True  # chunked prefill: running decodes are served before running prefills
+    #: a waiting request is admitted only when its whole sequence (prompt and any output so far)
+    #: fits the free blocks, not only its first chunk (vLLM's scheduler_reserve_full_isl)
+    admit_full_sequence: bool = False
+    #: freed blocks holding no hash go to the front of the free queue (reused first, the
+    #: request's last block first); hashed ones to the back (vLLM 0.33's BlockPool)
+    unhashed_blocks_first: bool = False
+    #: with async scheduling, a request that finished in a step keeps its seat and blocks
+    #: through the next step's scheduling: that step is scheduled before the output is in
+    async_finish_lag: bool = False
+
+
+VLLM_0_33 = SchedulerRules(mirrors="vLLM 0.33.0", null_block=True, decodes_first=False,
+                           admit_full_sequence=True, unhashed_blocks_first=True, async_finish_lag=True)
+
+
+@dataclass(frozen=True)
 class EngineProfile:
     """One engine's step model (module docstring). Times in seconds."""
 
@@ -118,6 +143,7 @@ class EngineProfile:
     reserve_full_length: bool = False  # admit only while every request's prompt + max_tokens fits (no eviction)
     #: its own all-reduce kernel's bounds, NCCL above (sim/cost/collectives.py); None: the linear form for all
     custom_allreduce_bytes: tuple[tuple[int, float], ...] | None = None
+    rules: SchedulerRules = SchedulerRules()  # its scheduler's own decisions (SchedulerRules)
 
     @property
     def is_eager(self) -> bool:
@@ -212,7 +238,7 @@ PROFILES: dict[str, EngineProfile] = {
         ProfileName.VLLM_V1, graph_mode=GraphMode.FULL_AND_PIECEWISE, step_host_s=_V1_STEP_HOST_S,
         seq_host_s=_PY_SEQ_HOST_S, async_scheduling=True, chunked_prefill=True, prefix_caching=True,
         frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
-        custom_allreduce_bytes=coll.VLLM_CUSTOM_ALLREDUCE),
+        custom_allreduce_bytes=coll.VLLM_CUSTOM_ALLREDUCE, rules=VLLM_0_33),
     # vLLM 0.5-0.6 (V0 engine): prefill-first scheduling, graphs for decode batches up to 256,
     # output processing in the engine loop.
     ProfileName.VLLM_V0: EngineProfile(
@@ -250,5 +276,6 @@ DEFAULT_PROFILE = ProfileName.VLLM_V1
 #: Keys a scenario's ``engine.profile_overrides`` may set.
 OVERRIDABLE = tuple(f.name for f in dataclasses.fields(EngineProfile)
                     if f.name not in ("name", "uses_calibration_overhead", "chunked_prefill",
-                                      "prefix_caching", "weight_only_kernels", "custom_allreduce_bytes")
+                                      "prefix_caching", "weight_only_kernels", "custom_allreduce_bytes",
+                                      "rules")
                     ) + ("custom_allreduce_max_bytes",)

@@ -20,7 +20,7 @@ from sim.cost.pipeline import build_engine_cost
 from sim.cost.profile import PROFILES, EngineProfile, ProfileName
 from sim.cost.profile_setup import engine_profile
 from sim.errors import ConfigError
-from sim.kv import make_allocator
+from sim.kv import AllocatorKind, make_allocator
 from sim.kv.swap import SwapSpace
 from sim.kv.token_budget import TokenBudget, TokenEviction
 from sim.model.dtypes import DTYPE_BYTES, embedding_dtype
@@ -76,7 +76,8 @@ def build_plan(sc: Scenario):
     )
     budget = token_budget(without_vetoed_defaults(sc, model), model)
     plan = dataclasses.replace(plan, max_kv_tokens_per_seq=budget.kept_tokens(eng.max_model_len))
-    check_fits_one_sequence(plan, eng.max_model_len, source=src)
+    null = PROFILES[eng.profile].rules.null_block and sc.kv.allocator == AllocatorKind.PAGED
+    check_fits_one_sequence(plan, eng.max_model_len, source=src, reserved_blocks=int(null))
     return model, cal, plan
 
 
@@ -160,15 +161,24 @@ def build_parts(sc: Scenario) -> EngineParts:
 def engine_state(sc: Scenario, model: ModelSpec, plan: MemoryPlan, budget: TokenBudget,
                  profile: EngineProfile) -> tuple:
     """One engine's fresh state: (allocator, swap space, preemptor, scheduler)."""
+    rules = profile.rules  # the engine's own scheduling decisions (sim/cost/profile.py)
+    paged = sc.kv.allocator == AllocatorKind.PAGED
+    # vLLM V1's block pool keeps one block as its null block: num_gpu_blocks - 1 are usable.
+    num_blocks = plan.num_gpu_blocks - 1 if rules.null_block and paged else plan.num_gpu_blocks
     allocator = make_allocator(
-        sc.kv.allocator, num_blocks=plan.num_gpu_blocks, block_size=sc.kv.block_size,
+        sc.kv.allocator, num_blocks=num_blocks, block_size=sc.kv.block_size,
         max_kv_tokens=plan.max_kv_tokens_per_seq, prefix_caching=sc.kv.prefix_caching,
-        eviction=sc.kv.prefix_cache_eviction, budget=budget)
+        eviction=sc.kv.prefix_cache_eviction, budget=budget, unhashed_first=rules.unhashed_blocks_first)
     swap = SwapSpace(int(sc.kv.swap_space_gb * 2**30))
     preemptor = Preemptor(sc.scheduler.preemption, allocator, swap,
                           bytes_per_slot=plan.bytes_per_block / plan.block_size,
                           copies_per_block=model.num_layers * (1 if model.is_mla else 2),
                           transfer=sc.kv.swap_transfer)
+    # The watermark in whole blocks of the configured pool, as vLLM counts it
+    # (int(watermark * num_gpu_blocks)); a contiguous pool keeps that share of its slots.
+    watermark = sc.scheduler.watermark
+    watermark_slots = (int(watermark * plan.num_gpu_blocks) * plan.block_size if paged
+                       else int(watermark * plan.num_gpu_blocks * plan.block_size))
     scheduler = make_scheduler(
         sc.scheduler.policy, allocator, preemptor,
         max_num_seqs=sc.scheduler.max_num_seqs,
@@ -178,8 +188,11 @@ def engine_state(sc: Scenario, model: ModelSpec, plan: MemoryPlan, budget: Token
         victim_policy=sc.scheduler.preemption_victim,
         remaining=(remaining_output_model(sc)
                    if sc.scheduler.preemption_victim == VictimPolicy.LONGEST_REMAINING else None),
-        watermark_slots=int(sc.scheduler.watermark * plan.num_gpu_blocks * plan.block_size),
-        prefill_first=profile.prefill_first, reserve_full_length=profile.reserve_full_length)
+        watermark_slots=watermark_slots,
+        prefill_first=profile.prefill_first, reserve_full_length=profile.reserve_full_length,
+        decodes_first=rules.decodes_first, admit_full_sequence=rules.admit_full_sequence,
+        finish_lag=rules.async_finish_lag and profile.async_scheduling,
+        long_prefill_token_threshold=sc.scheduler.long_prefill_token_threshold)
     return allocator, swap, preemptor, scheduler
 
 

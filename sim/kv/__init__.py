@@ -27,10 +27,11 @@ class AllocatorKind(StrEnum):
 def make_allocator(kind: AllocatorKind, *, num_blocks: int, block_size: int,
                    max_kv_tokens: int, prefix_caching: bool = False,
                    eviction: PrefixEviction = PrefixEviction.LRU,
-                   budget: TokenBudget = TokenBudget()) -> KVAllocator:
+                   budget: TokenBudget = TokenBudget(), unhashed_first: bool = False) -> KVAllocator:
     """The one place an ``AllocatorKind`` becomes an object. The pool has
-    ``num_blocks * block_size`` token slots for every kind, so kinds compare fairly."""
+    ``num_blocks * block_size`` token slots for every kind, so kinds compare fairly.
+    ``unhashed_first``: a paged pool reuses freed blocks without a hash first (vLLM 0.33)."""
     if kind == AllocatorKind.PAGED:
-        return PagedAllocator(num_blocks, block_size, prefix_caching, eviction, budget)
+        return PagedAllocator(num_blocks, block_size, prefix_caching, eviction, budget, unhashed_first)
     exact = kind == AllocatorKind.CONTIGUOUS_EXACT
     return ContiguousAllocator(num_blocks * block_size, max_kv_tokens, exact=exact, budget=budget)

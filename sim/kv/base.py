@@ -54,18 +54,21 @@ class KVAllocator(Protocol):
         """
 
     def allocate_slots(self, req: Request, num_new_tokens: int, num_cached_tokens: int = 0,
-                       keep_free_slots: int = 0) -> bool:
+                       keep_free_slots: int = 0, full_tokens: int = 0) -> bool:
         """Make ``req`` hold slots for ``num_computed_tokens + num_cached_tokens +
         num_new_tokens`` tokens (those it keeps, under a token budget). ``num_cached_tokens
         > 0`` only on admission, with the value ``lookup_prefix`` just gave: those blocks
         are shared, not copied. Returns False, changing nothing, when the pool cannot
-        supply the room while leaving ``keep_free_slots`` free (the admission watermark)."""
+        supply the room while leaving ``keep_free_slots`` free (the admission watermark),
+        or (``full_tokens > 0``, on admission) could not supply room for that many tokens
+        (vLLM's full-sequence admission check; a contiguous pool reserves its extent anyway)."""
 
     def kept_tokens(self, num_tokens: int) -> int:
         """How many of a sequence's ``num_tokens`` computed tokens keep their KV."""
 
-    def free(self, req: Request) -> None:
-        """Return everything ``req`` holds (a no-op if it holds nothing)."""
+    def free(self, req: Request, hashed_tokens: int | None = None) -> None:
+        """Return everything ``req`` holds (a no-op if it holds nothing). ``hashed_tokens``:
+        with prefix caching, only the blocks of that many first tokens stay cached (None: all)."""
 
     def block_ids(self, req: Request) -> list[int]:
         """A copy of ``req``'s block table (``[]`` if it holds none, and always for a

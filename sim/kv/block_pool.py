@@ -30,15 +30,21 @@ ANON = -1
 class BlockPool:
     caching = True  # blocks get hashes (a pool without: :class:`PlainBlockPool`)
 
-    def __init__(self, num_blocks: int, eviction: PrefixEviction = PrefixEviction.LRU) -> None:
+    def __init__(self, num_blocks: int, eviction: PrefixEviction = PrefixEviction.LRU,
+                 unhashed_first: bool = False, duplicates: bool = False) -> None:
         if num_blocks <= 0:
             raise ValueError(f"num_blocks must be positive, got {num_blocks}")
         self.num_blocks = num_blocks
         self.ref_cnt = [0] * num_blocks
         self.block_hash: list[int | None] = [None] * num_blocks
-        self._free = make_free_queue(eviction, num_blocks)
+        self._free = make_free_queue(eviction, num_blocks, unhashed_first=unhashed_first)
         self._plain_push = getattr(self._free, "push_plain", None)
-        self._cached: dict[int, int] = {}  # hash -> block id
+        self._cached: dict[int, int] = {}  # hash -> block id (the first cached of those that hold it)
+        #: ``duplicates`` (vLLM): a block whose content another block already holds is cached
+        #: too, under the same hash, as vLLM's BlockHashToBlockMap keeps it; a lookup finds the
+        #: earliest cached. hash -> the later blocks, in the order they were cached.
+        self.duplicates = duplicates
+        self._more: dict[int, dict[int, None]] = {}
         self.num_cached_free = 0  # free blocks that still carry a hash
         self.num_evictions = 0
 
@@ -79,15 +85,43 @@ class BlockPool:
         self.num_evictions += evicted
         block_hash = self.block_hash
         if evicted > hashes.count(ANON):  # some were in the map
-            cached = self._cached
             for block, h in zip(blocks, hashes):
-                if h is not None and h != ANON and cached.get(h) == block:
-                    del cached[h]
+                if h is not None and h != ANON:
+                    self._unmap(block, h)
         for block in blocks:
             block_hash[block] = None
 
     def get_cached(self, h: int) -> int | None:
         return self._cached.get(h)
+
+    def _unmap(self, block: int, h: int) -> None:
+        """``block`` leaves the hash map under ``h`` (if it is there: the map may point at
+        another block by now); the next cached duplicate, if any, is found from now on."""
+        cached, more = self._cached, self._more
+        if cached.get(h) == block:
+            del cached[h]
+            later = more.get(h)
+            if later:
+                nxt = next(iter(later))
+                cached[h] = nxt
+                del later[nxt]
+                if not later:
+                    del more[h]
+        elif more:
+            later = more.get(h)
+            if later and block in later:
+                del later[block]
+                if not later:
+                    del more[h]
+
+    def drop_hash(self, block: int) -> None:
+        """A block in use forgets its hash (no eviction: its content was never findable in
+        the engine modelled; ``PagedAllocator.free``'s ``hashed_tokens``)."""
+        h = self.block_hash[block]
+        if h is not None and self.ref_cnt[block] > 0:
+            if h != ANON:
+                self._unmap(block, h)
+            self.block_hash[block] = None
 
     def touch(self, block: int) -> None:
         """Share a cached block with one more request (reviving it if it was free)."""
@@ -99,9 +133,14 @@ class BlockPool:
 
     def cache(self, block: int, h: int) -> None:
         """Register a full, computed block under its chained hash (first writer wins)."""
-        if self.block_hash[block] is None and h not in self._cached:
+        if self.block_hash[block] is None:
+            if h not in self._cached:
+                self._cached[h] = block
+            elif self.duplicates:
+                self._more.setdefault(h, {})[block] = None
+            else:
+                return
             self.block_hash[block] = h
-            self._cached[h] = block
             self._free.on_cached(block)
 
     def cache_anon(self, blocks: list[int]) -> None:
@@ -139,6 +178,9 @@ class BlockPool:
         assert cached_free == self.num_cached_free, "cached-free counter drifted"
         for h, b in self._cached.items():
             assert self.block_hash[b] == h, "hash map and block hashes disagree"
+        for h, later in self._more.items():
+            assert later and h in self._cached, "a duplicate without a first block"
+            assert all(self.block_hash[b] == h for b in later), "duplicates and block hashes disagree"
 
 
 class PlainBlockPool:
@@ -193,6 +235,10 @@ class PlainBlockPool:
 
 
 def make_block_pool(num_blocks: int, eviction: PrefixEviction = PrefixEviction.LRU,
-                    caching: bool = True) -> BlockPool | PlainBlockPool:
-    """The pool a paged allocator uses: a :class:`PlainBlockPool` without caching."""
-    return BlockPool(num_blocks, eviction) if caching else PlainBlockPool(num_blocks)
+                    caching: bool = True, unhashed_first: bool = False,
+                    duplicates: bool = False) -> BlockPool | PlainBlockPool:
+    """The pool a paged allocator uses: a :class:`PlainBlockPool` without caching (the order of
+    free blocks then decides nothing). ``unhashed_first``: freed blocks without a hash are
+    reused first (``eviction.UnhashedFirstLRUQueue``, LRU only); ``duplicates``: blocks of the
+    same content are all cached (:class:`BlockPool`)."""
+    return BlockPool(num_blocks, eviction, unhashed_first, duplicates) if caching else PlainBlockPool(num_blocks)

@@ -63,7 +63,8 @@ class ContiguousAllocator:
         return cursor if self.num_total_slots - cursor >= size else None
 
     def allocate_slots(self, req: Request, num_new_tokens: int, num_cached_tokens: int = 0,
-                       keep_free_slots: int = 0) -> bool:
+                       keep_free_slots: int = 0, full_tokens: int = 0) -> bool:
+        # (``full_tokens`` needs no check: the extent reserved at admission holds the whole sequence)
         extent = self._extents.get(req.request_id)
         needed = self.budget.kept_tokens(req.num_computed_tokens + num_cached_tokens + num_new_tokens)
         if extent is not None:
@@ -82,7 +83,7 @@ class ContiguousAllocator:
         self._allocated += size
         return True
 
-    def free(self, req: Request) -> None:
+    def free(self, req: Request, hashed_tokens: int | None = None) -> None:
         extent = self._extents.pop(req.request_id, None)
         if extent is None:
             return

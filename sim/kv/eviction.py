@@ -144,6 +144,52 @@ class LRUQueue(_ListQueue):
         pass
 
 
+class UnhashedFirstLRUQueue(LRUQueue):
+    """vLLM 0.33's free queue: freed blocks that hold no hash go to the *front* (a stack:
+    the request's last block is reused first, before any older free block), freed blocks
+    with a hash to the back in the order given, as :class:`LRUQueue`. So cached prefixes
+    outlive the blank blocks freed after them. (Upstream vLLM before 0.33 appended every
+    freed block to the back: plain LRU.)"""
+
+    push_plain = None  # the order depends on the hashes: the pool calls push_many
+
+    def __init__(self, blocks: range) -> None:
+        super().__init__(blocks)
+        self._front: list[int] = []  # unhashed freed blocks, the next one to reuse last
+
+    def __len__(self) -> int:
+        return len(self._front) + super().__len__()
+
+    def _live(self) -> list[int]:
+        return self._front[::-1] + super()._live()
+
+    def push(self, block: int, cached: bool) -> None:
+        self.push_many([(block, cached)])
+
+    def push_many(self, entries: list[tuple[int, bool]]) -> None:
+        """The entries' blank blocks go to the front in the order given (the first given is
+        reused first); their cached blocks to the back, in the order given."""
+        blank = [block for block, cached in entries if not cached]
+        if blank:
+            self._front.extend(reversed(blank))
+            self._q.extend([block for block, cached in entries if cached])
+        else:
+            self._q.extend([block for block, _ in entries])
+
+    def pop_many(self, count: int) -> list[int]:
+        front = self._front
+        if not front:
+            return super().pop_many(count)
+        if count > len(self):
+            raise KeyError("pop from an empty free queue")
+        take = min(count, len(front))
+        blocks = front[:-take - 1:-1]
+        del front[-take:]
+        if take < count:
+            blocks += super().pop_many(count - take)
+        return blocks
+
+
 _QUEUES = {PrefixEviction.LRU: LRUQueue, PrefixEviction.FIFO: FIFOQueue, PrefixEviction.LFU: LFUQueue}
 
 
@@ -181,9 +227,13 @@ class PlainQueue(_ListQueue):
         raise AssertionError("no block is hit in this queue")
 
 
-def make_free_queue(policy: PrefixEviction, num_blocks: int, caching: bool = True):
+def make_free_queue(policy: PrefixEviction, num_blocks: int, caching: bool = True,
+                    unhashed_first: bool = False):
     """All ``num_blocks`` blocks start free, uncached, in id order. ``caching``: blocks may
-    get hashes (prefix caching); without, every policy is :class:`PlainQueue`."""
+    get hashes (prefix caching); without, every policy is :class:`PlainQueue`.
+    ``unhashed_first``: LRU's queue is :class:`UnhashedFirstLRUQueue` (vLLM 0.33)."""
     if not caching:
         return PlainQueue(range(num_blocks))
+    if unhashed_first and PrefixEviction(policy) == PrefixEviction.LRU:
+        return UnhashedFirstLRUQueue(range(num_blocks))
     return _QUEUES[PrefixEviction(policy)](range(num_blocks))

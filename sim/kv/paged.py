@@ -41,12 +41,14 @@ class PagedAllocator:
 
     def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False,
                  eviction: PrefixEviction = PrefixEviction.LRU,
-                 budget: TokenBudget = TokenBudget()) -> None:
+                 budget: TokenBudget = TokenBudget(), unhashed_first: bool = False) -> None:
         if block_size <= 0:
             raise ValueError(f"block_size must be positive, got {block_size}")
         if prefix_caching and budget.policy != TokenEviction.NONE:
             raise ValueError("prefix caching cannot be combined with token-level KV eviction")
-        self.pool = make_block_pool(num_blocks, eviction, caching=prefix_caching)
+        # vLLM 0.33's pool (``unhashed_first``) also caches blocks whose content another holds.
+        self.pool = make_block_pool(num_blocks, eviction, caching=prefix_caching, unhashed_first=unhashed_first,
+                                    duplicates=unhashed_first)
         self.block_size = block_size
         self.num_total_slots = num_blocks * block_size
         self.prefix_caching = prefix_caching
@@ -84,7 +86,12 @@ class PagedAllocator:
     # -- allocation -----------------------------------------------------------------------
 
     def allocate_slots(self, req: Request, num_new_tokens: int, num_cached_tokens: int = 0,
-                       keep_free_slots: int = 0) -> bool:
+                       keep_free_slots: int = 0, full_tokens: int = 0) -> bool:
+        """Blocks for ``num_new_tokens`` more tokens of ``req`` (after ``num_cached_tokens``
+        prefix-cache hits, on admission), leaving ``keep_free_slots`` free; False (nothing
+        changed) if they do not fit. ``full_tokens``: on admission, fail unless blocks for that
+        many tokens (the whole sequence, less the hits) would fit as well (vLLM's
+        ``scheduler_reserve_full_isl``: a check, not a reservation)."""
         B, pool = self.block_size, self.pool
         table = self.block_tables.get(req.request_id)
         total = req.num_computed_tokens + num_cached_tokens + num_new_tokens
@@ -107,7 +114,10 @@ class PagedAllocator:
         need = target - len(table) - len(cached_blocks)
         # Cached blocks sitting in the free queue stop being free once touched.
         revived = sum(1 for b in cached_blocks if pool.ref_cnt[b] == 0) if cached_blocks else 0
-        if need > pool.num_free - revived - -(-keep_free_slots // B):
+        free = pool.num_free - revived - -(-keep_free_slots // B)
+        if need > free:
+            return False
+        if full_tokens and -(-full_tokens // B) - len(table) - len(cached_blocks) > free:
             return False
         if fresh:
             self.num_queried_tokens += req.num_tokens
@@ -203,21 +213,32 @@ class PagedAllocator:
         for i in range(start, stop):
             cache(table[i], hashes[i])
 
-    def free(self, req: Request) -> None:
+    def free(self, req: Request, hashed_tokens: int | None = None) -> None:
+        """Give back ``req``'s blocks. ``hashed_tokens``: only the full blocks of its first that
+        many tokens keep (or get) a hash; a block past them that only ``req`` holds loses its
+        hash (vLLM's async scheduling: a preempted request's last decode was in flight, its
+        block never hashed). None: every computed block."""
         table = self.block_tables.pop(req.request_id, None)
         done = self._num_registered.pop(req.request_id, 0)
         req.slot_room = 0
         if table:
             if self._defer and req.own_from is not None:
-                self._cache_own_blocks(req, table, done)
+                self._cache_own_blocks(req, table, done, hashed_tokens)
+            elif hashed_tokens is not None and self.prefix_caching:
+                pool = self.pool
+                for block in table[hashed_tokens // self.block_size:done]:
+                    if pool.ref_cnt[block] == 1:
+                        pool.drop_hash(block)
             self.pool.release(table[::-1])  # tail first: evicted before the shared prefix
 
-    def _cache_own_blocks(self, req: Request, table: list[int], done: int) -> None:
+    def _cache_own_blocks(self, req: Request, table: list[int], done: int,
+                          hashed_tokens: int | None = None) -> None:
         """At ``free``: the hashes its own blocks would have got as they filled (every full,
-        computed block: ``num_computed_tokens`` is the last step's total), in block order.
-        Nothing else can have cached them (the tokens were its own). A finished request no
-        later turn repeats marks them ``ANON`` instead: cached, never found."""
-        n_full = min(req.num_computed_tokens, req.num_tokens) // self.block_size
+        computed block: ``num_computed_tokens`` is the last step's total, or ``hashed_tokens``),
+        in block order. Nothing else can have cached them (the tokens were its own). A
+        finished request no later turn repeats marks them ``ANON`` instead: cached, never found."""
+        computed = req.num_computed_tokens if hashed_tokens is None else hashed_tokens
+        n_full = min(computed, req.num_tokens) // self.block_size
         hashed = n_full  # blocks hashed for real; the rest (own blocks only) are ANON
         if not req.followed and req.num_generated >= req.num_output_tokens:
             hashed = max(done, min(n_full, self._own_block(req)))

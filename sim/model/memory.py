@@ -260,18 +260,22 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
         kv_free_memory_fraction=free_fraction)
 
 
-def check_fits_one_sequence(plan: MemoryPlan, max_model_len: int, source: str = "<cli>") -> None:
+def check_fits_one_sequence(plan: MemoryPlan, max_model_len: int, source: str = "<cli>",
+                            reserved_blocks: int = 0) -> None:
     """Raise ConfigError(source, "max_model_len", ...) unless one longest sequence fits.
 
     A sequence needs ceil(min(max_model_len, sliding_window) / block_size) blocks; vLLM
-    refuses to start when the pool has fewer.
+    refuses to start when the pool has fewer, not counting the ``reserved_blocks`` it keeps
+    aside (vLLM V1's null block).
     """
     tokens = max_model_len
     if plan.max_kv_tokens_per_seq < plan.max_model_len:  # sliding window: the plan knows it
         tokens = min(max_model_len, plan.max_kv_tokens_per_seq)
-    needed, have = math.ceil(tokens / plan.block_size), plan.blocks_per_rank
+    needed, have = math.ceil(tokens / plan.block_size), plan.blocks_per_rank - reserved_blocks
     if needed > have:
         pool = "the pool has" if plan.attention_ranks == 1 else "one attention rank's pool has"
+        if reserved_blocks:
+            pool = f"{pool} {reserved_blocks} kept aside (vLLM's null block) and"
         raise ConfigError(source, "max_model_len", (
             f"one sequence of {max_model_len} tokens needs {needed} KV blocks"
             f" ({_gib(needed * plan.bytes_per_block)}) but {pool} {have}"

@@ -25,7 +25,9 @@ class SchedulerBase:
                  max_num_batched_tokens: int, max_model_len: int, reject_when_full: bool,
                  victim_policy: VictimPolicy = VictimPolicy.LIFO,
                  remaining: RemainingOutputModel | None = None, watermark_slots: int = 0,
-                 prefill_first: bool = False, reserve_full_length: bool = False) -> None:
+                 prefill_first: bool = False, reserve_full_length: bool = False,
+                 decodes_first: bool = True, admit_full_sequence: bool = False,
+                 finish_lag: bool = False, long_prefill_token_threshold: int = 0) -> None:
         self.allocator = allocator
         self.preemptor = preemptor
         self.max_num_seqs = max_num_seqs
@@ -39,6 +41,21 @@ class SchedulerBase:
         #: TensorRT-LLM's GUARANTEED_NO_EVICT: admit a request only while every running request's
         #: prompt + max_tokens still fits, so no running request is ever preempted for room
         self.reserve_full_length = reserve_full_length
+        #: chunked prefill serves running decodes before running prefill chunks (False: in
+        #: admission order, as vLLM V1 does)
+        self.decodes_first = decodes_first
+        #: admit a waiting request only if its whole sequence fits the free blocks (vLLM 0.33's
+        #: scheduler_reserve_full_isl; a check at admission, nothing reserved)
+        self.admit_full_sequence = admit_full_sequence and getattr(allocator, "block_based", False)
+        #: async scheduling's lag: a request that finished keeps its seat and blocks through the
+        #: next ``schedule`` (which ran before its last token was in); ``lagging`` holds them
+        self.finish_lag = finish_lag
+        self.lagging: list[Request] = []
+        #: the previous step's ``scheduled`` (finish_lag: whose decodes are still in flight)
+        self.prev_scheduled: list[tuple[Request, int]] = []
+        #: a prompt chunk takes at most this many tokens while other requests are in the engine
+        #: (vLLM's long_prefill_token_threshold; 0: no cap)
+        self.long_prefill_token_threshold = long_prefill_token_threshold
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.swapped: deque[Request] = deque()
@@ -74,6 +91,14 @@ class SchedulerBase:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)
 
+    def _prefill_cap(self) -> int:
+        """This step's cap on a prompt chunk (0: none): ``long_prefill_token_threshold`` while
+        more than one request is in the engine, counted as the step starts (vLLM's rule)."""
+        cap = self.long_prefill_token_threshold
+        if cap and len(self.running) + len(self.waiting) + len(self.swapped) > 1:
+            return cap
+        return 0
+
     # -- shared scheduling phases -----------------------------------------------------------
 
     def _pop_victim(self, order: list[Request], first: int) -> Request:
@@ -99,7 +124,27 @@ class SchedulerBase:
 
     def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
         self.running.remove(victim)
-        self.preemptor.preempt(victim, self.waiting, self.swapped, out)
+        if victim.status is RequestStatus.FINISHED:  # lagging (finish_lag): done, its output is in
+            self.lagging.remove(victim)
+            victim.num_preemptions += 1
+            out.preempted.append(victim)
+            self._release(victim)
+            return
+        hashed = None
+        if self.finish_lag and getattr(self.allocator, "prefix_caching", False):
+            hashed = self._in_flight_decode(victim)
+        self.preemptor.preempt(victim, self.waiting, self.swapped, out, hashed)
+
+    def _in_flight_decode(self, req: Request) -> int | None:
+        """Under async scheduling's lag: if ``req`` decoded in the previous step, that step's
+        output is still in flight in the engine modelled, and the block its token completed was
+        never hashed: the tokens whose blocks stay cached (``num_computed_tokens - 1``); else None."""
+        for r, n in self.prev_scheduled:
+            if r is req:
+                if n == 1 and req.num_computed_tokens - 1 >= req.num_prompt_tokens:
+                    return req.num_computed_tokens - 1
+                return None
+        return None
 
     def _mark_admitted(self, req: Request) -> None:
         req.status = RequestStatus.RUNNING
@@ -120,24 +165,30 @@ class SchedulerBase:
             budget -= n
         return budget
 
-    def _admit_waiting(self, out: SchedulerOutput, budget: int, chunked: bool) -> int:
+    def _admit_waiting(self, out: SchedulerOutput, budget: int, chunked: bool, cap: int = 0) -> int:
         """Admit waiting requests in FCFS order while they fit; returns the budget left.
 
         Without ``chunked`` a prompt must fit the remaining token budget whole; the queue
-        does not skip ahead (head-of-line blocking, as in vLLM).
+        does not skip ahead (head-of-line blocking, as in vLLM). ``cap``: the step's
+        ``_prefill_cap``.
         """
         alloc = self.allocator
         reserved = self.reserved_growth() if self.reserve_full_length and self.waiting else 0
+        full = self.admit_full_sequence
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             cached = alloc.lookup_prefix(req) if req.num_computed_tokens == 0 else 0
             n = req.num_tokens - req.num_computed_tokens - cached
+            if 0 < cap < n:
+                n = cap
             if n > budget:
                 if not chunked:
                     break
                 n = budget
             keep_free, future = self._admission_keep_free(req, req.num_computed_tokens + cached + n, reserved)
-            if not alloc.allocate_slots(req, n, cached, keep_free_slots=keep_free):
+            if not (alloc.allocate_slots(req, n, cached, keep_free_slots=keep_free,
+                                         full_tokens=min(req.num_tokens, self.max_model_len))
+                    if full else alloc.allocate_slots(req, n, cached, keep_free_slots=keep_free)):
                 if self.reject_when_full:
                     self.waiting.popleft()
                     self._reject(req, "kv_cache_full")
@@ -149,6 +200,7 @@ class SchedulerBase:
                 req.num_cached_tokens = cached
             req.num_computed_tokens += cached
             self._mark_admitted(req)
+            out.admitted.append((req, cached))
             out.add(req, n)
             budget -= n
             reserved += future
@@ -204,14 +256,32 @@ class SchedulerBase:
         return done
 
     def _finish(self, req: Request, now: float) -> None:
+        if self.finish_lag:  # done now; its seat and blocks go after the next ``schedule``
+            req.status = RequestStatus.FINISHED
+            req.finish_s = now
+            self.finished.append(req)
+            self.lagging.append(req)
+            return
         self.running.remove(req)
         self._complete(req, now)
 
-    def _complete(self, req: Request, now: float) -> None:
+    def release_lagging(self) -> None:
+        """The end of a ``schedule`` under ``finish_lag``: the requests that finished before
+        it leave ``running`` and free their blocks (their output is in now)."""
+        running = self.running
+        for req in self.lagging:
+            running.remove(req)
+            self._release(req)
+        self.lagging = []
+
+    def _release(self, req: Request) -> None:
         self.allocator.free(req)
         # Its blocks are freed (cached ones keep their own hashes in the pool): drop the
         # request's chained block hashes, the bulk of a finished request's memory (~4 KB).
         req.block_hashes = []
+
+    def _complete(self, req: Request, now: float) -> None:
+        self._release(req)
         req.status = RequestStatus.FINISHED
         req.finish_s = now
         self.finished.append(req)

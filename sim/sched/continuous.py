@@ -24,7 +24,7 @@ vLLM's chunked prefill do), so long prompts do not stall token generation.
 
 from __future__ import annotations
 
-from sim.request import Request
+from sim.request import Request, RequestStatus
 from sim.sched.base import SchedulerBase
 from sim.sched.output import SchedulerOutput
 
@@ -35,8 +35,9 @@ class ContinuousScheduler(SchedulerBase):
         self.chunked = chunked
 
     def _priority_order(self) -> list[Request]:
-        """A fresh list (victims are removed from it): running requests, decodes first if chunked."""
-        if not self.chunked:
+        """A fresh list (victims are removed from it): running requests, decodes first if
+        chunked and ``decodes_first``."""
+        if not self.chunked or not self.decodes_first:
             return list(self.running)
         decodes, others = [], []
         for r in self.running:  # is_decode(r, 1), inlined: this runs for every request every step
@@ -46,8 +47,9 @@ class ContinuousScheduler(SchedulerBase):
                 others.append(r)
         return decodes + others if others else decodes
 
-    def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
+    def _schedule_running(self, out: SchedulerOutput, budget: int, chunk_cap: int = 0) -> int:
         order = self._priority_order()
+        lagging = self.lagging  # finished, still seated (finish_lag): not scheduled
         scheduled = out.scheduled
         cap = out.budget.max_tokens  # None: unbounded
         # Decodes are summed here and added to ``out`` at the end: the same integers
@@ -59,9 +61,13 @@ class ContinuousScheduler(SchedulerBase):
         for i, req in enumerate(order):
             if budget <= 0:
                 break
+            if lagging and req.status is RequestStatus.FINISHED:
+                continue
             computed = req.num_computed_tokens
             left = req.num_prompt_tokens + req.num_generated - computed  # req.num_tokens - computed
             n = left if left < budget else budget
+            if 0 < chunk_cap < n:  # long_prefill_token_threshold
+                n = chunk_cap
             # Within ``slot_room`` allocate_slots would succeed and change nothing: skip it.
             if computed + n > req.slot_room and not self._make_room(order, i, req, n, out):
                 break  # req itself was preempted
@@ -82,10 +88,16 @@ class ContinuousScheduler(SchedulerBase):
             self._admit_waiting(out, self.max_num_batched_tokens, False)
             if out.scheduled:
                 return out  # a prefill-only step
-        budget = self._schedule_running(out, self.max_num_batched_tokens)
+        chunk_cap = self._prefill_cap() if self.long_prefill_token_threshold else 0
+        budget = self._schedule_running(out, self.max_num_batched_tokens, chunk_cap)
         if not out.preempted:
             if self.swapped:  # (both phases do nothing on an empty queue)
                 budget = self._swap_in(out, budget)
             if self.waiting:
-                self._admit_waiting(out, budget, self.chunked)
+                self._admit_waiting(out, budget, self.chunked, chunk_cap)
+        if self.lagging:
+            out.num_released = len(self.lagging)
+            self.release_lagging()
+        if self.finish_lag:
+            self.prev_scheduled = out.scheduled
         return out

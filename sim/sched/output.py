@@ -40,6 +40,12 @@ class SchedulerOutput:
     swap_staged_bytes: int = 0  # gathered swaps: bytes packed/unpacked on the device around the copies
     swap_staging_launches: int = 0  # gathered swaps: gather/scatter kernel launches
     rejected: list[Request] = field(default_factory=list)
+    # (request, prefix-cache hit tokens) of each request admitted from ``waiting`` (new or back
+    # after a recompute preemption), in order: schedule.jsonl's ``hits``
+    admitted: list[tuple[Request, int]] = field(default_factory=list)
+    # finished requests whose seats and blocks this schedule freed at its end (async
+    # scheduling's lag, sim/sched/base.py ``finish_lag``): a step that ran nothing may retry
+    num_released: int = 0
     # Block ids each swapped-out request held (a real engine copies them out first).
     swapped_out_blocks: dict[int, list[int]] = field(default_factory=dict)
     # Token-level KV eviction bounds what attention reads (kept tokens only).

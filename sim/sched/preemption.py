@@ -47,7 +47,9 @@ class Preemptor:
     def held_bytes(self, req: Request) -> int:
         return int(self.allocator.held_slots(req) * self.bytes_per_slot)
 
-    def preempt(self, req: Request, waiting: deque, swapped: deque, out: SchedulerOutput) -> None:
+    def preempt(self, req: Request, waiting: deque, swapped: deque, out: SchedulerOutput,
+                hashed_tokens: int | None = None) -> None:
+        """``hashed_tokens``: see ``PagedAllocator.free`` (None: every computed block stays cached)."""
         req.num_preemptions += 1
         out.preempted.append(req)
         if self.mode == PreemptionMode.SWAP:
@@ -69,7 +71,10 @@ class Preemptor:
                 swapped.append(req)
                 return
             self.num_swap_fallbacks += 1
-        self.allocator.free(req)
+        if hashed_tokens is None:
+            self.allocator.free(req)
+        else:
+            self.allocator.free(req, hashed_tokens)
         self.num_recompute += 1
         self.num_recomputed_tokens += req.num_computed_tokens
         req.num_computed_tokens = 0

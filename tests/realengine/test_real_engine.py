@@ -19,7 +19,7 @@ from realengine.model import TinyLlama  # noqa: E402
 def tiny(**kw) -> dict:
     data = {
         "name": "tiny-validate", "seed": 2, "model": "tiny-llama", "gpu": "a100-80gb",
-        "engine": {"max_model_len": 256, "num_gpu_blocks_override": 24},
+        "engine": {"max_model_len": 256, "num_gpu_blocks_override": 20},  # tight: swaps happen
         "kv": {"allocator": "paged", "block_size": 16, "prefix_caching": True},
         "scheduler": {"policy": "chunked-prefill", "max_num_batched_tokens": 48, "max_num_seqs": 6,
                       "preemption": "swap"},
@@ -83,7 +83,7 @@ def test_a_corrupted_block_table_is_caught() -> None:
 
 def test_validate_pipeline_end_to_end(tmp_path, capsys) -> None:
     path = tmp_path / "v.yaml"
-    data = tiny(engine={"num_gpu_blocks_override": 40},
+    data = tiny(engine={"num_gpu_blocks_override": 20},
                 workload={"num_requests": 6, "arrival": {"type": "poisson", "rate": 50.0},
                           "prompt_tokens": {"type": "uniform", "low": 5, "high": 40},
                           "output_tokens": {"type": "uniform", "low": 2, "high": 12}})

@@ -65,7 +65,7 @@ class HandoffStep(EngineStep):
 
     def end(self, step: Step, end_s: float) -> StepEnd:
         after = super().end(step, end_s)
-        if step.ran:
+        if step.ran or step.out.num_released:  # (async lag: a step that ran nothing freed seats and blocks)
             self._on_end(step, end_s)
         return after
 

@@ -104,7 +104,7 @@ class DecodeRun:
     def _eligible(self) -> bool:
         sched = self.sim.scheduler
         running = sched.running
-        if not running or sched.swapped or len(running) > sched.max_num_batched_tokens:
+        if not running or sched.swapped or sched.lagging or len(running) > sched.max_num_batched_tokens:
             return False
         if sched.waiting and not self.admits and not self._waiting_stays(sched):
             return False
@@ -166,6 +166,7 @@ class DecodeRun:
         frag = alloc.num_external_fragmentation_slots()
         num_waiting, num_running = len(sched.waiting), len(sched.running)
         k = 0  # steps advanced
+        last_out = None  # the admissions of the last step advanced
         k_flushed = 0  # steps whose rows went to the step log
         durations: list[float] = []  # since the clock last caught up (not stepwise)
         doubles: list[float] = []  # the step log's rows (StepLog.append_rows)
@@ -239,6 +240,13 @@ class DecodeRun:
                 allocated, cached_free = alloc.num_allocated_slots(), alloc.num_cached_free_slots()
                 num_running = len(sched.running)
             s_held, s_comp, s_minhf = b.s_held, b.s_comp, b.s_minhf
+            if sched.lagging:  # finished but seated (async scheduling's lag): the row counts them running
+                tables = alloc.block_tables
+                for r in sched.lagging:
+                    h, f = len(tables.get(r.request_id, ())) * B, r.num_prompt_tokens + r.num_output_tokens
+                    s_held += h
+                    s_minhf += h if h < f else f
+                    s_comp += r.num_computed_tokens
             row = (num_seqs, num_prefill, num_decode, 0, num_waiting, num_running, 0, 0,
                    allocated - s_held + s_comp, allocated, s_minhf - s_comp, s_held - s_minhf, frag, cached_free)
             if after_events:  # logged and streamed at its end, after the events within it
@@ -251,6 +259,7 @@ class DecodeRun:
             t = t_end
             k += 1
             idle = 0.0
+            last_out = out
             if after_events or finished is not None:  # the clock catches up with the stretch
                 core.steps.append_rows(doubles, counts)
                 doubles, counts, k_flushed = [], [], k
@@ -269,8 +278,8 @@ class DecodeRun:
                     sim._after_finishing(finished)
                     if sim.progress is not None:
                         sim.progress(env.now, len(sched.finished) + len(sched.rejected), len(sim.requests))
-                    if not goes_on:
-                        break
+                    if not goes_on or sched.lagging:
+                        break  # (async scheduling's lag: the next ``schedule`` frees their seats)
                 t_next = next_input() if stepwise else env.peek()
             elif straddling:
                 t_next = next_input()  # (stepwise) the bound may have moved meanwhile
@@ -288,6 +297,9 @@ class DecodeRun:
             return 0
         core.steps.append_rows(doubles, counts)
         b.write_back(k)
+        if sched.finish_lag:  # the last step's batch, as ``schedule`` leaves it (its decodes in flight)
+            sched.prev_scheduled = [(r, 1) for r, alive in zip(b.reqs, b.alive) if alive] + (
+                last_out.scheduled if last_out is not None else [])
         if durations:
             yield from advance_to(env, t, durations)
         core.last_end_s = t

@@ -115,6 +115,8 @@ class EngineStep:
         self.hook = hook
         self.last_end_s: float | None = None  # when the previous step ended (None: none yet)
         self.idle_before_s = math.inf  # idle time before the last batch that ran
+        #: ``sim run --schedule``: every step's decisions (sim/engine/logs/schedule_log.py); None: not kept
+        self.schedule_log = None
 
     def has_work(self) -> bool:
         return self.scheduler.has_work()
@@ -143,9 +145,14 @@ class EngineStep:
         if not step.ran:
             if out.swap_out_bytes:
                 self.last_end_s = end_s  # the engine was busy copying
-            return StepEnd(retry=bool(out.preempted))
+            if self.schedule_log is not None:
+                self.schedule_log.record(out, (), self.scheduler, self.allocator, step.start_s)
+            # retry at once: a preemption or the async lag's releases freed memory or seats
+            return StepEnd(retry=bool(out.preempted) or out.num_released > 0)
         self.last_end_s = end_s
         finished: list[Request] = self.scheduler.update_from_output(out, end_s, step.start_s)
+        if self.schedule_log is not None:
+            self.schedule_log.record(out, finished, self.scheduler, self.allocator, step.start_s)
         self.steps.record(end_s, end_s - step.start_s, out, self.scheduler, self.allocator)
         if not finished:
             return _NOTHING_TO_DO

@@ -15,7 +15,7 @@ def tiny_scenarios(draw):
     allocator = draw(st.sampled_from(["paged", "contiguous-static", "contiguous-exact"]))
     policy = draw(st.sampled_from(["continuous", "chunked-prefill", "static"]))
     block_size = draw(st.sampled_from([1, 4, 8, 16, 32]))
-    min_blocks = math.ceil(MAX_MODEL_LEN / block_size)
+    min_blocks = math.ceil(MAX_MODEL_LEN / block_size) + 1  # + vLLM V1's null block (paged pools)
     scheduler = {
         "policy": policy,
         "preemption": draw(st.sampled_from(["recompute", "swap"])),

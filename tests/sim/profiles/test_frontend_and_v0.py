@@ -87,7 +87,7 @@ def test_a_prompt_chunk_one_token_short_streams_no_token(tmp_path, macro) -> Non
     streams only what the scheduler's update sampled, so no client sees a first token
     before the engine made it."""
     data = {"seed": 0, "model": "tiny-llama", "gpu": "a100-80gb",
-            "engine": {"max_model_len": 128, "num_gpu_blocks_override": 128, "profile": "vllm-v1"},
+            "engine": {"max_model_len": 128, "num_gpu_blocks_override": 129, "profile": "vllm-v1"},  # 128 usable
             "kv": {"allocator": "paged", "block_size": 1},
             "scheduler": {"policy": "chunked-prefill", "max_num_seqs": 2, "max_num_batched_tokens": 15},
             "workload": {"num_requests": 14, "arrival": {"type": "poisson", "rate": 100.0},
