@@ -24,6 +24,10 @@ def _add_run_parser(sub) -> None:
     p.add_argument("--steps", choices=("full", "sampled", "none"), default="full",
                    help="steps.csv: every step (default), at most 100,000 evenly spaced steps "
                         "(sampled), or none; summary.json and report.html use every step either way")
+    p.add_argument("--schedule", action="store_true",
+                   help="also write schedule.jsonl: every step's decisions (requests and tokens "
+                        "scheduled, preemptions, finishes, prefix-cache hits, free blocks), to diff "
+                        "against a real engine's log (docs/CONFORMANCE.md); one engine only")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
     p.add_argument("--json", action="store_true", help="print summary.json to stdout")
     p.add_argument("--force", action="store_true",
@@ -57,10 +61,16 @@ def _run(args) -> int:
 
     sc = load_scenario(args.scenario, args.overrides)
     out_dir = Path(args.out) if args.out else Path("runs") / safe_name(sc.name)
-    writes = run_files(args.steps, report=not args.no_report)
-    stale = prepare_out_dir(out_dir, writes, force=args.force)  # before minutes of simulation
+    writes = run_files(args.steps, report=not args.no_report, schedule=args.schedule)
     cluster = sc.cluster.num_replicas > 1  # replicas behind a router (sim/engine/cluster/simulation.py)
     pipeline = sc.engine.pipeline_parallel_size > 1  # stages of layers (sim/engine/pipeline/simulation.py, #15)
+    if args.schedule and (cluster or pipeline):
+        from sim.errors import ConfigError
+
+        key = "engine.pipeline_parallel_size" if pipeline else "cluster.num_replicas"
+        raise ConfigError(sc.source_path, key, "--schedule records one engine's steps: set it to 1 "
+                          "(one replica of one pipeline stage) to write schedule.jsonl")
+    stale = prepare_out_dir(out_dir, writes, force=args.force)  # before minutes of simulation
     if pipeline:
         from sim.engine.pipeline.simulation import PipelineSimulation
         from sim.engine.pipeline.summary import summarize_pipeline as summarize_cluster
@@ -71,11 +81,25 @@ def _run(args) -> int:
 
         sim = ClusterSimulation(sc)
     else:
-        sim = Simulation(sc)
+        # Every step through the engine step (no macro-step stretches) when each is logged.
+        sim = Simulation(sc, macro_steps=not args.schedule)
+    schedule_log = None
+    if args.schedule:
+        from sim.engine.logs.schedule_log import ScheduleLog
+
+        out_dir.mkdir(parents=True, exist_ok=True)
+        schedule_log = sim.core.schedule_log = ScheduleLog(out_dir / "schedule.jsonl")
     show = not args.quiet and not args.json and sys.stderr.isatty()
-    with progress_bar(show, len(sim.sessions)) as progress:
-        sim.progress = progress
-        result = sim.run()
+    try:
+        with progress_bar(show, len(sim.sessions)) as progress:
+            sim.progress = progress
+            result = sim.run()
+    except BaseException:
+        if schedule_log is not None:
+            schedule_log.discard()
+        raise
+    if schedule_log is not None:
+        schedule_log.close()
     summary = summarize_cluster(result) if cluster else summarize(result)
     write_run(out_dir, summary, result, None, stale, steps=args.steps)  # the data first: nothing after can lose it
     report = None
