@@ -201,6 +201,10 @@ class DecodeRun:
                                              out.prefill_kv_tokens, a - out.num_decode_tokens), idle)
                 else:
                     out = None
+            if sched.lagging:  # async scheduling's lag: the requests that finished in the last step
+                sched.release_lagging()  # leave at the end of this step's ``schedule``, after its admissions
+                allocated, cached_free = alloc.num_allocated_slots(), alloc.num_cached_free_slots()
+                num_running = len(sched.running)
             if out is None:  # (a step with admissions was priced with their prompts above)
                 d = fast(kv) if fast is not None and idle == 0.0 else step_time(BatchShape(n, 0, n, kv, 0.0, 0, 0), idle)
             t_end = t + d
@@ -278,8 +282,8 @@ class DecodeRun:
                     sim._after_finishing(finished)
                     if sim.progress is not None:
                         sim.progress(env.now, len(sched.finished) + len(sched.rejected), len(sim.requests))
-                    if not goes_on or sched.lagging:
-                        break  # (async scheduling's lag: the next ``schedule`` frees their seats)
+                    if not goes_on:
+                        break
                 t_next = next_input() if stepwise else env.peek()
             elif straddling:
                 t_next = next_input()  # (stepwise) the bound may have moved meanwhile
