@@ -4,6 +4,7 @@
     microbench calibrate --device cpu [--quick]
     microbench fit MEASUREMENTS.jsonl -o CAL.yaml [--base NAME_OR_YAML] [--name NAME]
     microbench predict CAL.yaml --kernel gemm --m 256 --n 4096 --k 4096 [--dtype bf16]
+    microbench import aiconfigurator --system h100_sxm [--backend vllm] [--version V] [--out CAL.yaml]
 
 Bad input prints one line ``error: <file>: <key>: <message>`` and exits 2, argparse's errors
 too, and calibrate checks every flag, torch, the device and ``--out`` before timing anything.
@@ -40,6 +41,19 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--name", help="calibration name (default: the device record's, or the output's stem)")
     f.add_argument("--folds", type=int, default=5, help="cross-validation folds (by shape; default 5)")
     f.add_argument("--no-grid", action="store_true", help="keep no measured grid (analytic predictions only)")
+    i = sub.add_parser("import", help="fit a calibration from published kernel timings (no GPU needed)")
+    isub = i.add_subparsers(dest="source", required=True)
+    a = isub.add_parser("aiconfigurator", help="NVIDIA's silicon database in aiconfigurator-core (the [import] extra)",
+                        description="Read aiconfigurator-core's measured GEMM and attention tables for one GPU and "
+                        "backend, convert them to kvsim measurements and fit a calibration (kernel_timing: device; "
+                        "what the tables lack comes from the GPU's datasheet calibration). microbench/aiconfigurator.py")
+    a.add_argument("--system", required=True, help="aiconfigurator system: h100_sxm, h200_sxm, b200_sxm, a100_sxm, l40s")
+    a.add_argument("--backend", default="vllm", help="whose kernels: vllm (default), sglang, trtllm")
+    a.add_argument("--version", help="the framework version of the tables (default: the newest holding all three)")
+    a.add_argument("--out", help=f"calibration YAML to write (default {MEASURED_DIR}/<gpu>@<backend>.yaml)")
+    a.add_argument("--keep-jsonl", action="store_true",
+                   help="also write the converted measurement records next to --out (<name>.jsonl, for microbench fit)")
+    a.add_argument("--folds", type=int, default=5, help="cross-validation folds (by shape; default 5)")
     p = sub.add_parser("predict", allow_abbrev=False, help="seconds of one kernel launch under a calibration",
                        epilog="shape fields: see sim/calib/kernel_models.py, e.g. gemm: --m --n --k [--dtype]")
     p.add_argument("calibration", help="calibration name or YAML")
@@ -139,6 +153,49 @@ def _fit(args) -> int:
     return 0
 
 
+def _import(args) -> int:
+    import yaml  # noqa: PLC0415
+
+    from microbench.aiconfigurator import SYSTEMS, build_calibration, calibration_name, import_records  # noqa: PLC0415
+    from microbench.fit import describe  # noqa: PLC0415
+    from microbench.peaks import describe_precision  # noqa: PLC0415
+    from microbench.records import write_jsonl  # noqa: PLC0415
+    from sim.calib.calibration import calibration_to_dict, load_calibration  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    if args.system not in SYSTEMS:
+        raise ConfigError("<cli>", "--system", f"got {args.system!r}; allowed: {', '.join(SYSTEMS)}")
+    if args.folds < 2:
+        raise ConfigError("<cli>", "--folds", f"expected at least 2 cross-validation folds, got {args.folds}")
+    name = calibration_name(args.system, args.backend) if args.backend in ("vllm", "sglang", "trtllm") else ""
+    out = Path(args.out or f"{MEASURED_DIR}/{name}.yaml")
+    check_output(out, "--out", also=(".jsonl",) if args.keep_jsonl else ())
+    records, device, converted = import_records(args.system, args.backend, args.version)
+    for table, c in converted.items():
+        left = ", ".join(f"{why} {n:,}" for why, n in c.skipped.most_common())
+        print(f"  {table}: {c.rows:,} rows -> {len(c.records):,} records" + (f" (left out: {left})" if left else ""))
+    base = load_calibration(SYSTEMS[args.system].datasheet, key="--system")
+    cal = build_calibration(records, device, base, folds=args.folds)
+    check_fitted(cal, measurements=str(out))
+    for f in cal.kernels.values():
+        print("  " + describe(f))
+    if (line := describe_precision(cal.precision)) is not None:
+        print("  " + line)
+    print(f"  from the datasheet {base.name}: {cal.provenance['datasheet']}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(f"# kvsim calibration, schema 2: {cal.gpu_name} kernels under {args.backend}, imported by "
+                       f"microbench import aiconfigurator (provenance below).\n"
+                       + yaml.safe_dump(calibration_to_dict(cal), sort_keys=False, width=120))
+        if args.keep_jsonl:
+            write_jsonl(out.with_suffix(".jsonl"), records, device | {"memory_bytes": base.memory_bytes})
+    except OSError as exc:
+        raise ConfigError("<cli>", "--out", f"cannot write {out}: {exc.strerror or exc}") from None
+    warn_absurd_fits(cal, out)
+    print(f"wrote {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     return cli_exit_code(lambda: _dispatch(argv))
@@ -154,6 +211,8 @@ def _dispatch(argv: list[str]) -> int:
         return _predict(args, rest)
     if args.command == "fit":
         return _fit(args)
+    if args.command == "import":
+        return _import(args)
     check_calibrate_flags(args)
     from microbench.calibrate import calibrate  # noqa: PLC0415
 

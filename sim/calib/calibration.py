@@ -50,6 +50,9 @@ SCHEMA_VERSION = 2
 SUPPORTED_SCHEMAS = (1, 2)
 
 
+KERNEL_TIMINGS = ("engine", "device")
+
+
 class CalibrationSource(StrEnum):
     DATASHEET = "datasheet"
     MEASURED = "measured"
@@ -83,7 +86,18 @@ class Calibration:
     #: applied over the profile's defaults, under a scenario's engine.profile_overrides.
     profiles: dict[str, dict] = field(default_factory=dict, hash=False, compare=False)
     interconnect: Interconnect | None = field(default=None, hash=False, compare=False)  # sim/calib/interconnect.py
+    #: What the fitted kernels timed (KERNEL_TIMINGS): ``engine`` (microbench calibrate: kvsim's
+    #: validation engine, host work and launches included, used as measured) or ``device`` (GPU
+    #: kernel times alone, e.g. imported from NVIDIA's published tables: the engine profile adds its
+    #: host time, CUDA graphs and padding around them, as it does around a datasheet roofline).
+    kernel_timing: str = "engine"
     file: str = field(default="<calibration>", hash=False, compare=False)
+
+    @property
+    def engine_steps_measured(self) -> bool:
+        """True where the fitted kernels time kvsim's own engine steps (host work included): the
+        cost model uses them as measured, and an engine profile sets only scheduling and the front end."""
+        return "gemm" in self.kernels and self.kernel_timing == "engine"
 
     @property
     def measured_date(self) -> str | None:
@@ -93,8 +107,13 @@ class Calibration:
 
     @property
     def source_label(self) -> str:
-        """``datasheet`` or ``measured YYYY-MM-DD`` (for the run summary)."""
-        return f"measured {self.measured_date}" if self.measured_date else str(self.source)
+        """``datasheet``, ``measured YYYY-MM-DD`` or, for imported device timings without a date,
+        ``measured kernels (imported)`` (for the run summary)."""
+        if self.measured_date:
+            return f"measured {self.measured_date}"
+        if self.kernel_timing == "device" and self.source is CalibrationSource.MEASURED:
+            return "measured kernels (imported)"
+        return str(self.source)
 
     def predict(self, kernel: str, **shape) -> float:
         """Seconds for one launch of ``kernel`` on ``shape`` (fields: sim.calib.kernel_models.KERNELS).
@@ -203,7 +222,8 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
     if data.get("schema") == 2:
         allowed["kernels"] = None
         allowed["composition"] = None
-    optional = {"provenance", "kernels", "composition", *PRECISION_KEYS, "profiles", "interconnect"}
+        allowed["kernel_timing"] = None
+    optional = {"provenance", "kernels", "composition", *PRECISION_KEYS, "profiles", "interconnect", "kernel_timing"}
     _check_keys(data, allowed, set(allowed) - optional, file, "")
     v = {k: _check(data[k], kind, rule, file, k) for k, (kind, rule) in _TOP_KEYS.items()}
     if v["schema"] not in SUPPORTED_SCHEMAS:
@@ -232,6 +252,12 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
     kernels = data.get("kernels") or {}
     if not isinstance(kernels, dict):
         raise ConfigError(file, "kernels", "expected a mapping of kernel name -> fitted model")
+    timing = data.get("kernel_timing", "engine")
+    if timing not in KERNEL_TIMINGS:
+        raise ConfigError(file, "kernel_timing", f"got {timing!r}"[:200] + f"; allowed: {', '.join(KERNEL_TIMINGS)}")
+    if timing == "device" and data.get("composition"):
+        raise ConfigError(file, "kernel_timing", "device-timed kernels have no composition (a composition is "
+                          "fitted on whole engine steps); drop one of the two")
     return Calibration(
         name=v["name"], source=CalibrationSource(v["source"]), gpu_name=v["gpu_name"],
         memory_bytes=v["memory_bytes"], hbm_bandwidth_bytes_per_s=v["hbm_bandwidth_bytes_per_s"],
@@ -244,7 +270,7 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
         composition=composition_from_dict(data["composition"], file=file) if data.get("composition") else None,
         precision=precision_from_dict(data, file=file, peak_flops=v["peak_flops"]),
         profiles={str(k): dict(val) for k, val in profiles.items()}, file=file,
-        interconnect=interconnect_from_dict(data.get("interconnect"), file=file),
+        interconnect=interconnect_from_dict(data.get("interconnect"), file=file), kernel_timing=timing,
     )
 
 
@@ -307,6 +333,8 @@ def calibration_to_dict(cal: Calibration) -> dict:
         "provenance": dict(cal.provenance),
     }
     if cal.kernels:
+        if cal.kernel_timing != "engine":
+            out["kernel_timing"] = cal.kernel_timing
         out["kernels"] = {name: fit.to_dict() for name, fit in cal.kernels.items()}
     if cal.composition is not None:
         out["composition"] = cal.composition.to_dict()

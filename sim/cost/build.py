@@ -51,24 +51,34 @@ def build_profiled_cost(model: ModelSpec, calibration: Calibration, profile: Eng
     the calibration's step overhead (the profile's host time replaces it), twice: with kernel
     launches (eager steps) and with the profile's ``graph_kernel_s`` a kernel instead (graph
     replays). A measured calibration's fitted models time the validation engine's own steps,
-    launches and host work included: they are used as measured (the profile still sets
-    scheduling and the front end). The profile's own weight-only kernels replace the
+    launches and host work included (``kernel_timing: engine``): they are used as measured (the
+    profile still sets scheduling and the front end). Device-timed kernels (``kernel_timing:
+    device``, e.g. ``microbench import aiconfigurator``) take the roofline's place inside the
+    profile: the fitted cost model built twice as above, its measured attention kernels reading
+    KV as they do (no profile KV-read multiplier). The profile's own weight-only kernels replace the
     calibration's ``dequant`` entries (``with_profile_kernels``), and its all-reduce choice picks
     which messages take a measured NCCL curve (``with_profile_allreduce``).
     """
     calibration = with_profile_allreduce(with_profile_kernels(calibration, profile), profile)
-    if profile.is_eager or "gemm" in calibration.kernels:
+    if profile.is_eager or calibration.engine_steps_measured:
         return build_cost_model(model, calibration, **kwargs)
     no_host = dataclasses.replace(calibration, step_overhead_s=0.0)
-    reads = decode_kv_reads(model, profile, kwargs.get("tensor_parallel_size", 1),
-                            kwargs.get("attention_data_parallel", False))
-    eager = dataclasses.replace(build_cost_model(model, no_host, **kwargs), decode_kv_reads=reads)
+    if "gemm" in calibration.kernels:  # device-timed kernels (kernel_timing: device): measured attention
+        reads = None  # kernels read KV as they do; the profile's KV-read multiplier is a roofline's
+    else:
+        reads = decode_kv_reads(model, profile, kwargs.get("tensor_parallel_size", 1),
+                                kwargs.get("attention_data_parallel", False))
+
+    def _reads(cost):
+        return cost if reads is None else dataclasses.replace(cost, decode_kv_reads=reads)
+
+    eager = _reads(build_cost_model(model, no_host, **kwargs))
     if profile.graph_mode is GraphMode.NONE:
         return ProfiledCost(eager, eager, profile, (), 0.0)
     # a replayed kernel costs the GPU graph_kernel_s besides its work (no host launch); the attention
     # kernels a piecewise graph leaves to the host pay the rest of a launch on top
     graph_cal = dataclasses.replace(no_host, kernel_launch_s=profile.graph_kernel_s)
-    graph = dataclasses.replace(build_cost_model(model, graph_cal, **kwargs), decode_kv_reads=reads)
+    graph = _reads(build_cost_model(model, graph_cal, **kwargs))
     eager_rest = max(0.0, calibration.kernel_launch_s - profile.graph_kernel_s)
     return ProfiledCost(eager, graph, profile, profile.capture_sizes(max_num_seqs),
                         attention_launch_s=model.num_layers * eager_rest)

@@ -110,7 +110,7 @@ def build_pipeline_cost(model: ModelSpec, calibration, profile, *, pipeline_para
     for spec in stage_models(model, pp):
         cost = build_profiled_cost(spec, calibration, profile, max_num_seqs=max_num_seqs, **kwargs)
         stages.append(cost)
-        same = profile.is_eager or "gemm" in calibration.kernels  # the profiled model is the plain one
+        same = profile.is_eager or calibration.engine_steps_measured  # the profiled model is the plain one
         plain.append(cost if same else build_cost_model(spec, calibration, **kwargs))
     gp = gemm_precision(calibration, kwargs.get("weight_dtype"), kwargs.get("weight_dtype_bytes", 2),
                         kwargs.get("compute_dtype"))

@@ -51,6 +51,7 @@ class SimResult:
     sim_wall_s: float = 0.0
     end_s: float = 0.0
     calibration_label: str = ""  # "datasheet" or "measured YYYY-MM-DD"
+    kernel_timing: str = "engine"  # the calibration's (sim/calib/calibration.py): engine or device
     profile: object = None  # the engine profile as run (sim.cost.profile.EngineProfile)
     frontend: object = None  # the front end's CPUs (sim/engine/step/frontend.py), None without one
     extra: dict = field(default_factory=dict)
@@ -243,4 +244,5 @@ class Simulation:
             calibration_source=str(self.cal.source), requests=self.requests, steps=self.steps,
             scheduler=self.scheduler, preemptor=self.preemptor, allocator=self.allocator,
             swap=self.swap, sim_wall_s=time.perf_counter() - t0, end_s=self.done_s(),
-            calibration_label=self.cal.source_label, profile=self.parts.profile, frontend=self.frontend)
+            calibration_label=self.cal.source_label, profile=self.parts.profile, frontend=self.frontend,
+            kernel_timing=self.cal.kernel_timing)

@@ -29,7 +29,7 @@ from sim.outputs.run_figures import (_events_figure, _load_figure, _memory_figur
 
 _CAL_SCALARS = ("gpu_name", "memory_bytes", "hbm_bandwidth_bytes_per_s", "bandwidth_efficiency", "peak_flops",
                 "compute_eff_max", "compute_m_half_tokens", "pcie_bandwidth_bytes_per_s", "kernel_launch_s",
-                "step_overhead_s", "schema")
+                "step_overhead_s", "schema", "kernel_timing")
 
 
 def _rows(pairs) -> str:

@@ -19,6 +19,9 @@ def profile_notes(result) -> list[str]:
     p = result.profile
     if p.is_eager or result.calibration_source != "measured":
         return []
+    if getattr(result, "kernel_timing", "engine") == "device":
+        return [f"engine profile {p.name}: the calibration's kernels are GPU times alone (kernel_timing: device), so "
+                "the profile's host time, graph replays and batch padding are applied around them"]
     return [f"engine profile {p.name}: a measured calibration times the validation engine's own steps "
             "(launches and host work included), so its graph replay and host-time numbers are not applied; "
             "scheduling defaults and the front end are"]
