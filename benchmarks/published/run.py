@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from split import read_split  # noqa: E402
 from suite import CASES_DIR, Outcome, family_stats, load_cases, run_case, source_stats  # noqa: E402
 
 from sim.errors import ConfigError  # noqa: E402
@@ -73,6 +74,14 @@ def source_table(outcomes: list[Outcome]) -> str:
 def report(outcomes: list[Outcome]) -> str:
     parts = ["## Per case", "", case_table(outcomes), "", "## Per source (runnable cases)", "",
              source_table(outcomes), "", "## Per family (runnable cases)", "", family_table(outcomes)]
+    split = read_split()  # the frozen train/test split (split.py): the test side is the one to quote
+    for side in ("test", "train"):
+        mine = [o for o in outcomes if split.get(o.case.id) == side]
+        if mine:
+            parts += ["", f"## Per family, {side} split ({len(mine)} cases; split.yaml)", "", family_table(mine)]
+    unsplit = [o.case.id for o in outcomes if o.case.id not in split]
+    if unsplit:
+        parts += ["", f"Not in split.yaml (run split.py --assign): {', '.join(unsplit)}"]
     failed = [o for o in outcomes if o.status == "failed"]
     skipped = [o for o in outcomes if o.status == "not_runnable"]
     if skipped:
@@ -83,6 +92,7 @@ def report(outcomes: list[Outcome]) -> str:
 
 
 def as_json(outcomes: list[Outcome]) -> dict:
+    split = read_split()
     return {
         "cases": [{
             "id": o.case.id, "family": o.case.family, "engine": o.case.engine,
@@ -90,9 +100,11 @@ def as_json(outcomes: list[Outcome]) -> dict:
             "model": o.case.scenario.get("model"), "metric": o.case.metric,
             "published": o.case.value, "unit": o.case.published["unit"], "simulated": o.simulated,
             "signed_error": o.signed_error, "status": o.status, "error": o.error,
-            "wall_s": round(o.wall_s, 3), "url": o.case.citation["url"],
+            "wall_s": round(o.wall_s, 3), "url": o.case.citation["url"], "split": split.get(o.case.id),
         } for o in outcomes],
         "families": family_stats(outcomes),
+        "families_test": family_stats([o for o in outcomes if split.get(o.case.id) == "test"]),
+        "families_train": family_stats([o for o in outcomes if split.get(o.case.id) == "train"]),
         "sources": source_stats(outcomes),
     }
 
