@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.calib.composition import Composition, composition_from_dict
+from sim.calib.files import available_calibrations, calibration_dirs, calibration_file, shipped_calibrations_dir  # noqa: F401
 from sim.calib.interconnect import Interconnect, interconnect_from_dict, interconnect_to_dict
 from sim.calib.kernel_models import RIDGE_SHARPNESS, KernelFit, features, kernel_fit_from_dict, roofline_s
 from sim.calib.numbers import finite_number, fraction_number, number_in, yaml_float
@@ -272,34 +273,6 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
         profiles={str(k): dict(val) for k, val in profiles.items()}, file=file,
         interconnect=interconnect_from_dict(data.get("interconnect"), file=file), kernel_timing=timing,
     )
-
-
-def shipped_calibrations_dir() -> Path:
-    """The shipped calibrations: an installed wheel's ``sim/calib/shipped/`` (pyproject.toml maps
-    the repository's calibrations/ there), else, in a source checkout or an editable install,
-    the repository's top-level calibrations/."""
-    here = Path(__file__).resolve().parent
-    wheel = here / "shipped"
-    return wheel if wheel.is_dir() else here.parent.parent / "calibrations"
-
-
-def calibration_dirs() -> list[Path]:
-    """Where names are looked up, in order: ./calibrations, then the shipped ones."""
-    dirs = [Path.cwd() / "calibrations", shipped_calibrations_dir()]
-    return dirs if dirs[0].resolve() != dirs[1].resolve() else dirs[:1]
-
-
-def available_calibrations() -> list[str]:
-    """Names (file stems) of the calibrations found in ``calibration_dirs()``, sorted, unique."""
-    return sorted({p.stem for d in calibration_dirs() if d.is_dir() for p in d.glob("*.yaml") if p.is_file()})
-
-
-def calibration_file(name_or_path: str) -> Path | None:
-    """The YAML file a calibration name or path refers to (see load_calibration), or None."""
-    path = Path(name_or_path).expanduser()
-    if path.is_file():
-        return path
-    return next((p for p in (d / f"{name_or_path}.yaml" for d in calibration_dirs()) if p.is_file()), None)
 
 
 def load_calibration(name_or_path: str, *, source: str = "<cli>", key: str = "gpu") -> Calibration:

@@ -89,6 +89,8 @@ def test_names_are_looked_up_in_cwd_then_in_the_shipped_ones(tmp_path: Path, mon
 
 def test_an_empty_lookup_says_where_it_looked(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(calib, "shipped_calibrations_dir", lambda: tmp_path / "missing")
+    import sim.calib.files as files  # where the lookup lives (sim.calib.calibration re-exports it)
+
+    monkeypatch.setattr(files, "shipped_calibrations_dir", lambda: tmp_path / "missing")
     with pytest.raises(ConfigError, match=r"use one of: \(none in .*calibrations or .*missing\)"):
         calib.load_calibration("a100-80gb")
