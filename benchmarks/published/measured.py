@@ -56,18 +56,33 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--datasheet-json", help="run.py --json output of this tree: the datasheet side")
     ap.add_argument("--json", help="write both sides per case here")
+    ap.add_argument("--only-measured", action="store_true", help="run the imported side only (with --measured-cache)")
+    ap.add_argument("--measured-cache", help="the imported side's results: read from here when the file exists, "
+                    "else run and written here (to run the two sides at different times)")
     args = ap.parse_args()
     cases = [c for c in load_cases() if c.runnable]
     pairs = [(c, m) for c in cases if (m := measured_case(c)) is not None]
+    cache = Path(args.measured_cache) if args.measured_cache else None
+    measured = {}
+    if cache is not None and cache.is_file():
+        measured = {r[0]: tuple(r) for r in json.loads(cache.read_text())}
     earlier = {}
-    if args.datasheet_json:
+    if args.datasheet_json and Path(args.datasheet_json).is_file():
         earlier = {r["id"]: (r["id"], r["signed_error"], r["status"], r["error"])
                    for r in json.loads(Path(args.datasheet_json).read_text())["cases"]}
-    todo = [m for _, m in pairs] + [c for c, _ in pairs if c.id not in earlier]
+    todo = [m for c, m in pairs if c.id not in measured]
+    if not args.only_measured:
+        todo += [c for c, _ in pairs if c.id not in earlier]
     with ProcessPoolExecutor(args.jobs) as pool:
         done = list(pool.map(_run, todo, chunksize=4))
-    measured = dict((r[0], r) for r in done[:len(pairs)])
-    datasheet = {**{k: v for k, v in earlier.items()}, **{r[0]: r for r in done[len(pairs):]}}
+    n_meas = len([c for c, _ in pairs if c.id not in measured])
+    measured.update((r[0], r) for r in done[:n_meas])
+    if cache is not None:
+        cache.write_text(json.dumps(list(measured.values())) + "\n")
+    if args.only_measured:
+        print(f"{len(measured)} cases on imported calibrations run{' and cached in ' + str(cache) if cache else ''}")
+        return 0
+    datasheet = {**earlier, **{r[0]: r for r in done[n_meas:]}}
     rows = []
     for c, m in pairs:
         d, s = datasheet[c.id], measured[c.id]
