@@ -177,3 +177,17 @@ def test_bad_kernel_section_names_the_key(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match="unknown key"):
         load_calibration(str(path))
+
+
+@pytest.mark.parametrize("axis", [[0, 16], [16, 16], [-4, 16]])
+def test_a_grid_axis_at_zero_or_repeated_is_refused_naming_the_row(axis) -> None:
+    # log-log interpolation divides by log(x1 / x0): an axis value 0 or a repeated one once ended
+    # in a ZeroDivisionError at the first prediction (issue #42)
+    from sim.calib.kernel_models import kernel_fit_from_dict
+
+    params = {"bandwidth_bytes_per_s": 1e12, "flops_per_s": 1e14, "x_half": 8.0, "overhead_s": 5e-6,
+              "item_s": 0.0, "sharpness": 1.5}
+    row = {"n": 4096, "k": 4096, "dtype": "bf16", "m": axis, "time_s": [1e-5, 2e-5]}
+    with pytest.raises(ConfigError) as exc:
+        kernel_fit_from_dict("gemm", {"params": params, "grid": [row]}, file="cal.yaml")
+    assert exc.value.key == "kernels.gemm.grid[0]" and "strictly ascending" in exc.value.message
