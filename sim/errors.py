@@ -208,6 +208,15 @@ def _check_expansion(root, file: str, key: str | None) -> None:
         if isinstance(node, yaml.ScalarNode):
             return 1, 1
         active.add(nid)
+        if isinstance(node, yaml.MappingNode):  # a repeated key: YAML keeps the last one, silently
+            seen: dict = {}
+            for k, _ in node.value:
+                if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
+                    if k.value in seen:
+                        raise ConfigError(file, key or f"line {k.start_mark.line + 1}", (
+                            f"the key {k.value!r}"[:120] + f" appears twice in one mapping (first at line "
+                            f"{seen[k.value] + 1}); YAML would keep only the last: write it once"))
+                    seen[k.value] = k.start_mark.line
         children = node.value if isinstance(node, yaml.SequenceNode) else [c for kv in node.value for c in kv]
         size, depth = 1, 1
         for child in children:
