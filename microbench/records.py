@@ -33,6 +33,9 @@ from sim.model.dtypes import DTYPE_BYTES
 Record = dict
 MAX_JSONL_BYTES = 64 << 20
 MAX_RECORDS = 200_000
+#: the largest shape field (tokens, sizes, bytes): past it a kernel's bytes and FLOPs overflow the fit
+#: (a dimension of 1e308 once ended in scipy's "Residuals are not finite")
+MAX_FIELD = 1e13
 
 
 def _number(v) -> float | None:
@@ -58,8 +61,8 @@ def check_field(name: str, v, *, file: str, key: str) -> None:
     elif name == "pinned":
         if not isinstance(v, bool):
             raise ConfigError(file, key, f"expected true or false, got {v!r}")
-    elif (x := _number(v)) is None or x < 0:
-        raise ConfigError(file, key, f"expected a finite number >= 0, got {v!r}"[:300])
+    elif (x := _number(v)) is None or x < 0 or x > MAX_FIELD:
+        raise ConfigError(file, key, f"expected a number in [0, {MAX_FIELD:.0e}], got {v!r}"[:300])
 
 
 def check_record(rec, *, file: str, where: str) -> Record:
