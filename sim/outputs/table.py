@@ -71,7 +71,8 @@ def print_summary(s: dict, out_dir: Path, report: bool = True) -> None:
         f"{kv['mean_allocated_unused_fraction']:.1%}",
         f"preemptions  recompute {s['preemptions']['recompute']}, swap {s['preemptions']['swap']}",
         f"simulated    {s['engine']['simulated_s']:,.1f} s in {s['engine']['num_steps']:,} steps, "
-        f"wall {s['sim_wall_s']:.2f} s",
+        f"wall {s['sim_wall_s']:.2f} s; peak {s['engine']['peak_running']:,} running, "
+        f"{s['engine']['peak_waiting']:,} waiting",
     ]
     if kv.get("prefix_cache_hit_rate") is not None:
         lines.append(f"prefix cache hit rate {kv['prefix_cache_hit_rate']:.1%}")

@@ -116,6 +116,29 @@ def frontend_note(share: float | None) -> list[str]:
             "throughput), not the GPU; raise engine.api_servers or lower profile_overrides.frontend_token_s"]
 
 
+#: An open-loop run is called overloaded when it served less than this share of the offered rate
+#: and its queue peaked at OVERLOAD_QUEUE_SHARE of the requests or more (its latencies then grow with
+#: the run's length: they are a property of the run, not of the server)
+OVERLOAD_SERVED_SHARE, OVERLOAD_QUEUE_SHARE = 0.9, 0.1
+
+
+def overload_note(sc, rr, span_s: float, peak_waiting: int, ttft_p50: float | None) -> list[str]:
+    arrival = getattr(getattr(sc.workload, "arrival", None), "type", None)
+    arrivals = rr.c["arrival_s"]
+    if arrival in ("offline", "closed") or rr.n < 20 or span_s <= 0:
+        return []  # a batch job or closed clients: the queue cannot outgrow the server
+    window = float(arrivals.max() - arrivals.min())
+    if window <= 0:
+        return []
+    offered, served = (rr.n - 1) / window, rr.num_done / span_s
+    if served >= OVERLOAD_SERVED_SHARE * offered or peak_waiting < max(10, OVERLOAD_QUEUE_SHARE * rr.n):
+        return []
+    ttft = "" if ttft_p50 is None else f", p50 TTFT {ttft_p50:,.1f} s"
+    return [f"overloaded: requests arrived at {offered:.2f} req/s, the engine served {served:.2f} req/s; the queue "
+            f"peaked at {peak_waiting:,} waiting{ttft}, and its latencies grow with the run's length. Lower the "
+            "rate, or find a configuration that serves it: sim plan"]
+
+
 def summarize(result) -> dict:
     """The ``summary.json`` document of a finished run."""
     sc, plan = result.scenario, result.plan
@@ -127,6 +150,7 @@ def summarize(result) -> dict:
     agg = step_aggregates(result.steps, pool)  # sums over the log's pieces (it may be on disk)
     busy = float(agg["busy"])
     fe_share = frontend_busy_share(result.frontend, span)
+    ttft = _stats(rr.done_ttft())
 
     def mean_frac(key: str) -> float:
         return float(agg[key] / busy / pool) if busy > 0 else 0.0
@@ -150,12 +174,13 @@ def summarize(result) -> dict:
             "token_eviction": str(alloc_cls.budget.policy),
         },
         "profile": engine_summary(result),
-        "notes": notes(alloc_cls) + profile_notes(result) + frontend_note(fe_share),
+        "notes": notes(alloc_cls) + profile_notes(result) + frontend_note(fe_share)
+        + overload_note(sc, rr, span, int(agg["peak_waiting"]), ttft["p50"]),
         "requests": {
             "arrived": rr.n, "completed": rr.num_done, "rejected": rr.num_rejected,
             "in_flight": rr.n - rr.num_done - rr.num_rejected, "rejected_by_reason": rr.rejected_by_reason,
         },
-        "ttft_s": _stats(rr.done_ttft()),
+        "ttft_s": ttft,
         "tpot_s": _stats(rr.done_tpot()),
         "e2e_s": _stats(rr.done_e2e()),
         "throughput": {
