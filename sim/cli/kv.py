@@ -26,12 +26,17 @@ CLI = "<cli>"
 
 def add_kv_parser(subparsers: Any) -> None:
     """Register the ``kv`` subcommand on an argparse subparsers object (sets func=run_kv)."""
+    from sim.calib.calibration import available_calibrations  # noqa: PLC0415
+    from sim.model.hf_config import available_models  # noqa: PLC0415
+
     p = subparsers.add_parser(
         "kv", help="KV cache bytes per token/block/sequence and, with --gpu, the KV pool",
         description="How much KV cache a model needs, and with --gpu how many blocks and "
-                    "full-length requests fit (vLLM's startup arithmetic).")
+                    "full-length requests fit (vLLM's startup arithmetic).",
+        epilog=f"model presets: {', '.join(available_models())}. GPU calibrations: "
+               f"{', '.join(available_calibrations())}.")
     p.add_argument("--model", required=True, metavar="NAME_OR_CONFIG",
-                   help="a preset name (see error message for the list) or a HuggingFace config.json")
+                   help="a preset name (listed below) or a HuggingFace config.json")
     p.add_argument("--kv-dtype", default="bf16", metavar="|".join(d.value for d in KVDtype),
                    help="KV cache element type (default bf16; fp16 is the same size)")
     p.add_argument("--weight-dtype", default="bf16", metavar="|".join(DTYPE_BYTES),

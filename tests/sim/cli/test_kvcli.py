@@ -169,3 +169,20 @@ def test_tensorrt_llms_free_fraction_sizes_the_pool(capsys) -> None:
     left = trt["gpu_memory_bytes"] - trt["weight_bytes"] - trt["activation_peak_bytes"] - trt["runtime_overhead_bytes"]
     assert trt["kv_pool_bytes"] == int(0.95 * left)
     assert trt["kv_pool_bytes"] > 3 * vllm["kv_pool_bytes"]  # 0.9 of the total leaves a 70B little
+
+
+def test_help_lists_the_model_presets_and_gpus(capsys) -> None:
+    # the help once said to provoke an error to see the list (issue #42)
+    import pytest as _pytest
+
+    from sim.calib.calibration import available_calibrations
+    from sim.cli.main import main as sim_main
+    from sim.model.hf_config import available_models
+
+    with _pytest.raises(SystemExit) as exc:
+        sim_main(["kv", "--help"])
+    assert exc.value.code == 0
+    text = "".join(capsys.readouterr().out.split())  # argparse wraps lines, at hyphens too
+    assert "seeerrormessage" not in text
+    for name in (*available_models(), *available_calibrations()):
+        assert name in text, name
