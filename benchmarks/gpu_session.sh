@@ -19,7 +19,9 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kvsim-gpu}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
+X=1  # stage time limits: the device's 10 minutes; a CPU dry run on a shared machine gets 4x (tests only)
 if [ -n "${DRY_RUN:-}" ]; then
+    X=4
     KERNELS=(--dry-run); CALIBRATE=(--device cpu --quick); GEMMS=(--device cpu --models microsoft/phi-2 --m 1,2)
     VALIDATE=(scenarios/validate-cpu.yaml --device cpu --no-warmup --no-drift-check --set workload.num_requests=4)
 else
@@ -31,19 +33,19 @@ fi
 export PYTHONPATH="$PWD:$PWD/.gpu-site${PYTHONPATH:+:$PYTHONPATH}"
 { nvidia-smi; $PY -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"; } \
     > "$OUT/device.txt" 2>&1
-timeout 110 $PY benchmarks/kernels_gpu.py "${KERNELS[@]}" --json "$OUT/kernels.json" > "$OUT/kernels.txt" 2>&1
+timeout $((110 * X)) $PY benchmarks/kernels_gpu.py "${KERNELS[@]}" --json "$OUT/kernels.json" > "$OUT/kernels.txt" 2>&1
 echo "kernels_gpu: exit $?" >> "$OUT/status.txt"
-timeout 180 $PY -m microbench.cli calibrate "${CALIBRATE[@]}" --no-progress \
+timeout $((180 * X)) $PY -m microbench.cli calibrate "${CALIBRATE[@]}" --no-progress \
     --out "$OUT/calibration.yaml" > "$OUT/calibrate.txt" 2>&1
 echo "calibrate: exit $?" >> "$OUT/status.txt"
 { grep -m1 "^interconnect:" "$OUT/calibrate.txt" || echo "no interconnect line in calibrate.txt"
   $PY -c "import sys, yaml; print('interconnect section:', (yaml.safe_load(open(sys.argv[1])) or {}).get('interconnect'))" \
       "$OUT/calibration.yaml"; } > "$OUT/interconnect.txt" 2>&1
-timeout 110 $PY benchmarks/gemm_models_gpu.py "${GEMMS[@]}" --out "$OUT/linear_layers.csv" --budget-s 90 --no-analysis \
+timeout $((110 * X)) $PY benchmarks/gemm_models_gpu.py "${GEMMS[@]}" --out "$OUT/linear_layers.csv" --budget-s 90 --no-analysis \
     > "$OUT/gemm_models.txt" 2>&1
 echo "gemm_models: exit $? ($(($(wc -l < "$OUT/linear_layers.csv" 2>/dev/null || echo 1) - 1)) timings)" >> "$OUT/status.txt"
 CAL="$OUT/calibration.yaml"; [ -f "$CAL" ] || CAL=h200
-timeout 130 $PY -m sim.cli validate "${VALIDATE[@]}" \
+timeout $((130 * X)) $PY -m sim.cli validate "${VALIDATE[@]}" \
     --calibration "$CAL" --out "$OUT/validate" --force > "$OUT/validate.txt" 2>&1
 echo "validate: exit $?" >> "$OUT/status.txt"
 cat "$OUT/device.txt" | head -20; tail -25 "$OUT/kernels.txt"; tail -15 "$OUT/calibrate.txt"

@@ -306,8 +306,7 @@ def _grid_row(kernel: str, row, file: str, where: str) -> GridRow:
         raise ConfigError(file, where, "a shape field holds a list or mapping; expected a number or text")
     if not all(math.isfinite(v) for v in xs + ts) or max(ts, default=0) > 1e6:
         raise ConfigError(file, where, "axis values and time_s must be finite (time_s at most 1e6 s)")
-    if (len(xs) != len(ts) or len(xs) < 2 or any(b <= a for a, b in zip(xs, xs[1:])) or xs[0] <= 0
-            or min(ts) <= 0 or ts != sorted(ts)):  # (log-log interpolation: no axis value 0 or repeated)
+    if len(xs) != len(ts) or len(xs) < 2 or any(b <= a for a, b in zip(xs, xs[1:])) or xs[0] <= 0 or min(ts) <= 0 or ts != sorted(ts):  # noqa: E501 (log-log: no axis 0 or repeat)
         raise ConfigError(file, where, "need >= 2 strictly ascending axis values (> 0) and as many "
                           "non-decreasing time_s (> 0)")
     return GridRow(key, tuple(xs), tuple(ts))
