@@ -38,7 +38,8 @@ class BlockPool:
         self.ref_cnt = [0] * num_blocks
         self.block_hash: list[int | None] = [None] * num_blocks
         self._free = make_free_queue(eviction, num_blocks, unhashed_first=unhashed_first)
-        self._plain_push = getattr(self._free, "push_plain", None)
+        self._push_hashed = self._free.push_hashed
+        self._cached_apart = self._free.cached_apart  # the queue must hear of each newly cached block
         self._cached: dict[int, int] = {}  # hash -> block id (the first cached of those that hold it)
         #: ``duplicates`` (vLLM): a block whose content another block already holds is cached
         #: too, under the same hash, as vLLM's BlockHashToBlockMap keeps it; a lookup finds the
@@ -141,14 +142,15 @@ class BlockPool:
             else:
                 return
             self.block_hash[block] = h
-            self._free.on_cached(block)
+            if self._cached_apart:
+                self._free.on_cached(block)
 
     def cache_anon(self, blocks: list[int]) -> None:
         """``cache`` each of ``blocks`` (all without a hash) under hashes no lookup asks for."""
         block_hash = self.block_hash
         for block in blocks:
             block_hash[block] = ANON
-        if self._plain_push is None:  # a queue that keeps cached blocks apart (LFU)
+        if self._cached_apart:  # a queue that keeps cached blocks apart (FIFO, LFU)
             for block in blocks:
                 self._free.on_cached(block)
 
@@ -160,10 +162,7 @@ class BlockPool:
         freed = [block for block in blocks if not ref_cnt[block]]  # in the same order
         hashes = [block_hash[block] for block in freed]
         self.num_cached_free += len(freed) - hashes.count(None)
-        if self._plain_push is not None:  # LRU: the order ignores which are cached
-            self._plain_push(freed)
-        else:
-            self._free.push_many([(block, h is not None) for block, h in zip(freed, hashes)])
+        self._push_hashed(freed, hashes)
 
     def free_order(self) -> list[int]:
         """The free queue, front (next evicted) first. For tests and reports."""

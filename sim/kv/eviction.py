@@ -6,8 +6,10 @@ evicts that prefix. The free queue's order is the eviction policy; the block poo
 
 * ``push(block, cached)`` when a block's last reference is dropped (the caller frees a
   request's blocks tail first), ``remove(block)`` when a cache hit revives it, ``pop()``
-  to take the next block to reuse; ``push_many`` and ``pop_many`` do several in order;
-* ``on_cached(block)`` when a block gets a hash, ``on_hit(block)`` on every cache hit.
+  to take the next block to reuse; ``push_many`` and ``pop_many`` do several in order
+  (``push_hashed(blocks, hashes)``: ``push`` with ``cached`` = the block has a hash);
+* ``on_cached(block)`` when a block gets a hash (only where ``cached_apart``: a queue that
+  keeps cached blocks apart), ``on_hit(block)`` on every cache hit.
 
 Policies:
 
@@ -73,8 +75,14 @@ class _ListQueue:
         """``push(block, _)`` for each block, in order (the order ignores the hashes)."""
         self._q.extend(blocks)
 
+    def push_hashed(self, blocks: list[int], hashes: list) -> None:
+        """``push(block, hash is not None)`` for each block and its hash, in order."""
+        self._q.extend(blocks)
+
 
 class LRUQueue(_ListQueue):
+    cached_apart = False  # ``on_cached`` does nothing: the order ignores which blocks are cached
+
     """Blocks in the order they were freed, the least recently freed first (a
     :class:`_ListQueue`). A cache hit on a free block (``remove``) leaves its entry in place,
     counted stale in ``_stale``; a block's stale entries always precede its live one (it is
@@ -158,7 +166,7 @@ class UnhashedFirstLRUQueue(LRUQueue):
         self._front: list[int] = []  # unhashed freed blocks, the next one to reuse last
 
     def __len__(self) -> int:
-        return len(self._front) + super().__len__()
+        return len(self._front) + len(self._q) - self._head - self._num_stale
 
     def _live(self) -> list[int]:
         return self._front[::-1] + super()._live()
@@ -169,12 +177,22 @@ class UnhashedFirstLRUQueue(LRUQueue):
     def push_many(self, entries: list[tuple[int, bool]]) -> None:
         """The entries' blank blocks go to the front in the order given (the first given is
         reused first); their cached blocks to the back, in the order given."""
-        blank = [block for block, cached in entries if not cached]
-        if blank:
-            self._front.extend(reversed(blank))
-            self._q.extend([block for block, cached in entries if cached])
+        self.push_hashed([block for block, _ in entries], [True if cached else None for _, cached in entries])
+
+    def push_hashed(self, blocks: list[int], hashes: list) -> None:
+        """``push(block, hash is not None)`` for each block and its hash, in order."""
+        blank = hashes.count(None)
+        if not blank:
+            self._q.extend(blocks)
+        elif blank == len(blocks):
+            self._front.extend(reversed(blocks))
+        elif None not in hashes[blank:]:
+            # the usual release: a request's blank tail block(s) first, then its hashed blocks
+            self._front.extend(reversed(blocks[:blank]))
+            self._q.extend(blocks[blank:])
         else:
-            self._q.extend([block for block, _ in entries])
+            self._front.extend(reversed([b for b, h in zip(blocks, hashes) if h is None]))
+            self._q.extend([b for b, h in zip(blocks, hashes) if h is not None])
 
     def pop_many(self, count: int) -> list[int]:
         front = self._front

@@ -22,6 +22,7 @@ class _CachedApart:
 
     _plain: OrderedDict
     _live: dict
+    cached_apart = True  # ``on_cached`` moves a block out of ``_plain``
 
     def __len__(self) -> int:
         return len(self._plain) + len(self._live)
@@ -45,6 +46,11 @@ class _CachedApart:
     def push_many(self, entries: list[tuple[int, bool]]) -> None:
         for block, cached in entries:
             self.push(block, cached)
+
+    def push_hashed(self, blocks: list[int], hashes: list) -> None:
+        """``push(block, hash is not None)`` for each block and its hash, in order."""
+        for block, h in zip(blocks, hashes):
+            self.push(block, h is not None)
 
     def pop(self) -> int:  # pragma: no cover - each queue's own
         raise NotImplementedError

@@ -57,3 +57,24 @@ def test_a_revived_block_freed_again_keeps_its_new_place() -> None:
     assert list(q) == [0, 2, 3, 1]
     assert q.pop_many(4) == [0, 2, 3, 1]
     assert len(q) == 0
+
+
+def test_unhashed_first_push_hashed_puts_each_block_where_the_rule_says() -> None:
+    """``push_hashed`` (the pool's release of one request's blocks): the blank blocks go to
+    the front, the first given reused first, ahead of older blank blocks; the hashed ones to
+    the back in the order given; whichever way the two are interleaved."""
+    import itertools
+
+    from sim.kv.eviction import UnhashedFirstLRUQueue
+
+    for pattern in itertools.product((None, 7), repeat=5):
+        q = UnhashedFirstLRUQueue(range(10))
+        q.pop_many(10)
+        q.push_hashed([8], [None])  # an older blank block at the front
+        q.push_hashed([9], [7])  # an older hashed block at the back
+        blocks = [3, 1, 4, 0, 5]
+        q.push_hashed(blocks, list(pattern))
+        blank = [b for b, h in zip(blocks, pattern) if h is None]
+        hashed = [b for b, h in zip(blocks, pattern) if h is not None]
+        assert list(q) == blank + [8, 9] + hashed, pattern
+        assert q.pop_many(7) == blank + [8, 9] + hashed, pattern
