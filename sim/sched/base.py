@@ -186,9 +186,8 @@ class SchedulerBase:
                     break
                 n = budget
             keep_free, future = self._admission_keep_free(req, req.num_computed_tokens + cached + n, reserved)
-            if not (alloc.allocate_slots(req, n, cached, keep_free_slots=keep_free,
-                                         full_tokens=min(req.num_tokens, self.max_model_len))
-                    if full else alloc.allocate_slots(req, n, cached, keep_free_slots=keep_free)):
+            if not alloc.allocate_slots(req, n, cached, keep_free_slots=keep_free,
+                                        full_tokens=min(req.num_tokens, self.max_model_len) if full else 0):
                 if self.reject_when_full:
                     self.waiting.popleft()
                     self._reject(req, "kv_cache_full")
