@@ -156,7 +156,7 @@ def _fit(args) -> int:
 def _import(args) -> int:
     import yaml  # noqa: PLC0415
 
-    from microbench.aiconfigurator import SYSTEMS, build_calibration, calibration_name, import_records  # noqa: PLC0415
+    from microbench.aiconfigurator import BACKENDS, SYSTEMS, build_calibration, calibration_name, import_records  # noqa: PLC0415
     from microbench.fit import describe  # noqa: PLC0415
     from microbench.peaks import describe_precision  # noqa: PLC0415
     from microbench.records import write_jsonl  # noqa: PLC0415
@@ -165,9 +165,11 @@ def _import(args) -> int:
 
     if args.system not in SYSTEMS:
         raise ConfigError("<cli>", "--system", f"got {args.system!r}; allowed: {', '.join(SYSTEMS)}")
+    if args.backend not in BACKENDS:
+        raise ConfigError("<cli>", "--backend", f"got {args.backend!r}; allowed: {', '.join(BACKENDS)}")
     if args.folds < 2:
         raise ConfigError("<cli>", "--folds", f"expected at least 2 cross-validation folds, got {args.folds}")
-    name = calibration_name(args.system, args.backend) if args.backend in ("vllm", "sglang", "trtllm") else ""
+    name = calibration_name(args.system, args.backend)
     out = Path(args.out or f"{MEASURED_DIR}/{name}.yaml")
     check_output(out, "--out", also=(".jsonl",) if args.keep_jsonl else ())
     records, device, converted = import_records(args.system, args.backend, args.version)

@@ -184,8 +184,11 @@ def test_cli_bad_input_is_one_line_exit_2(fake_package: Path, tmp_path: Path, ca
     assert main(["import", "aiconfigurator", "--system", "h100_sxm", "--backend", "vllm", "--version", "9",
                  "--out", str(tmp_path / "b.yaml")]) == 2
     assert main(["import", "aiconfigurator", "--system", "h100_sxm", "--out", str(tmp_path / "c.txt")]) == 2
+    assert main(["import", "aiconfigurator", "--system", "h100_sxm", "--backend", "tgi",
+                 "--out", str(tmp_path / "d.yaml")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and all(line.startswith("error: <cli>: --") for line in err)
+    assert len(err) == 4 and all(line.startswith("error: <cli>: --") for line in err)
+    assert "--backend: got 'tgi'; allowed: vllm, sglang, trtllm" in err[3]
 
 
 def test_kernel_timing_key_is_checked() -> None:
