@@ -42,7 +42,7 @@ def mape(params: dict, kernel: str, records: list[dict]) -> float:
     return float(np.mean(np.abs(_predict(params, kernel, records) / t - 1.0)))
 
 
-def held_out_groups(kernel: str, records: list[dict]) -> float:
+def held_out_groups(kernel: str, records: list[dict], tiles) -> float:
     """Every fifth k (GEMM) or every fifth (heads, KV heads, head dim) held out, fitted on the rest."""
     key = (lambda r: r["k"]) if kernel == "gemm" else (lambda r: (r["num_q_heads"], r["num_kv_heads"], r["head_dim"]))
     values = sorted({key(r) for r in records})
@@ -53,28 +53,25 @@ def held_out_groups(kernel: str, records: list[dict]) -> float:
         test = [r for r in records if key(r) in held]
         if not train or not test:
             continue
-        p = fit_params(kernel, train, TILES[0] if kernel == "gemm" else None)
+        p = fit_params(kernel, train, tiles)
         errors += mape(p, kernel, test) * len(test)
         n += len(test)
     return errors / n
 
 
-TILES: list = [None]
-
-
 def study(system: str, backend: str) -> tuple[dict, dict[str, list[dict]]]:
     records, device, _ = import_records(system, backend)
-    TILES[0] = device_gemm_tiles(device)
+    gemm_tiles = device_gemm_tiles(device)
     by_kernel = defaultdict(list)
     for r in records:
         by_kernel[r["kernel"]].append(r)
     row = {}
     for kernel in KERNELS:
         recs = by_kernel[kernel]
-        tiles = TILES[0] if kernel == "gemm" else None
+        tiles = gemm_tiles if kernel == "gemm" else None
         cv, _ = cross_validate(kernel, recs, 5, tiles=tiles)
         row[(kernel, "shapes")] = cv
-        row[(kernel, "groups")] = held_out_groups(kernel, recs)
+        row[(kernel, "groups")] = held_out_groups(kernel, recs, tiles)
         if kernel == "gemm":
             layer = [r for r in recs if r["n"] >= 1024 and r["k"] >= 1024]
             row[(kernel, "layer")], _ = cross_validate(kernel, layer, 5, tiles=tiles)
@@ -103,9 +100,9 @@ def main() -> int:
         h100, h200 = load_calibration("h100-sxm"), load_calibration("h200")
         ratio = h200.effective_bandwidth_bytes_per_s / h100.effective_bandwidth_bytes_per_s
         print(f"\ncross-GPU: H100 SXM's fit, bandwidth x {ratio:.3f} (datasheet HBM ratio), predicting H200 SXM:")
+        h100_tiles = device_gemm_tiles({"provenance": {"sm_count": "132"}})
         for kernel in KERNELS:
-            TILES[0] = device_gemm_tiles({"provenance": {"sm_count": "132"}})
-            p = fit_params(kernel, data["h100_sxm"][kernel], TILES[0] if kernel == "gemm" else None)
+            p = fit_params(kernel, data["h100_sxm"][kernel], h100_tiles if kernel == "gemm" else None)
             same = mape(p, kernel, data["h200_sxm"][kernel])
             p = {**p, "bandwidth_bytes_per_s": p["bandwidth_bytes_per_s"] * ratio}
             print(f"  {kernel}: {mape(p, kernel, data['h200_sxm'][kernel]):.1%} scaled, {same:.1%} unscaled "
