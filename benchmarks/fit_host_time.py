@@ -11,6 +11,10 @@ every case of its engines. It prints the fit, the in-sample error per family, an
 two-fold check (fit on half of the sources, score the other half).
 
     python benchmarks/fit_host_time.py [--rounds 2]
+
+It reads only the train side of the frozen split (split.yaml). A fit that changes the
+numbers in sim/cost/profile.py is recorded in benchmarks/published/fits.yaml (date, this
+script, data: train) with the fingerprint ``python benchmarks/published/fits.py`` prints.
 """
 
 from __future__ import annotations
