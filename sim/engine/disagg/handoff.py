@@ -259,6 +259,7 @@ class Disaggregation:
         copy.num_output_tokens = 1
         copy.last_token_s = copy.first_token_s
         h.prefill.scheduler._complete(copy, now)  # frees the prefill blocks
+        h.prefill.wake()  # an idle prefill engine whose waiting prompts did not fit goes on
         req.admitted_s = copy.admitted_s
         req.first_token_s = copy.first_token_s
         req.client_first_s = copy.client_first_s if copy.client_first_s is not None else copy.first_token_s

@@ -24,6 +24,7 @@ from sim.engine.logs.profile_info import engine_summary, profile_notes
 from sim.engine.logs.request_stats import RunRequests
 from sim.engine.logs.step_log import COLUMNS, StepLog, step_aggregates  # noqa: F401 (re-exported)
 from sim.kv.base import KVAllocator
+from sim.request import RequestStatus
 from sim.model.dtypes import embedding_dtype
 
 def _stats(values) -> dict[str, float | None]:
@@ -125,7 +126,8 @@ OVERLOAD_SERVED_SHARE, OVERLOAD_QUEUE_SHARE = 0.9, 0.1
 def overload_note(sc, rr, span_s: float, peak_waiting: int, ttft_p50: float | None) -> list[str]:
     arrival = getattr(getattr(sc.workload, "arrival", None), "type", None)
     arrivals = rr.c["arrival_s"]
-    if arrival in ("offline", "closed") or rr.n < 20 or span_s <= 0:
+    if arrival in ("offline", "closed") or rr.n < 20 or span_s <= 0 or rr.num_done + rr.num_rejected < rr.n:
+        # (stranded requests: stranded_note says why the served rate is low)
         return []  # a batch job or closed clients: the queue cannot outgrow the server
     window = float(arrivals.max() - arrivals.min())
     if window <= 0:
@@ -137,6 +139,22 @@ def overload_note(sc, rr, span_s: float, peak_waiting: int, ttft_p50: float | No
     return [f"overloaded: requests arrived at {offered:.2f} req/s, the engine served {served:.2f} req/s; the queue "
             f"peaked at {peak_waiting:,} waiting{ttft}, and its latencies grow with the run's length. Lower the "
             "rate, or find a configuration that serves it: sim plan"]
+
+
+#: The states a request left unfinished at the end of a run can be in.
+STRANDED = (RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.SWAPPED)
+
+
+def stranded_note(rr) -> list[str]:
+    """A run ends when no event is left: a request neither finished nor rejected by then was
+    stranded (the engine, or a cluster's pools, stopped with its work left: a deadlock)."""
+    left = rr.n - rr.num_done - rr.num_rejected
+    if left <= 0:
+        return []
+    by = ", ".join(f"{int(rr.status_is(st).sum()):,} {st.value}" for st in STRANDED if rr.status_is(st).any())
+    return [f"stranded: {left:,} of {rr.n:,} requests neither finished nor were rejected ({by}): the simulation ran "
+            "out of events with their work left, a deadlock in the simulated engine. Their rows in requests.csv "
+            "have no finish time; please report the scenario"]
 
 
 def summarize(result) -> dict:
@@ -175,7 +193,7 @@ def summarize(result) -> dict:
         },
         "profile": engine_summary(result),
         "notes": notes(alloc_cls) + profile_notes(result) + frontend_note(fe_share)
-        + overload_note(sc, rr, span, int(agg["peak_waiting"]), ttft["p50"]),
+        + overload_note(sc, rr, span, int(agg["peak_waiting"]), ttft["p50"]) + stranded_note(rr),
         "requests": {
             "arrived": rr.n, "completed": rr.num_done, "rejected": rr.num_rejected,
             "in_flight": rr.n - rr.num_done - rr.num_rejected, "rejected_by_reason": rr.rejected_by_reason,

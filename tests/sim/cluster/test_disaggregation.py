@@ -236,3 +236,51 @@ def test_requests_csv_names_the_prefill_and_the_decode_replica(busy, tmp_path) -
         if entry["role"] == "decode":
             mine = [r for r in rows if r["decode_replica"] == str(entry["replica"])]
             assert len(mine) == entry["requests"]["arrived"] == entry["requests"]["completed"] > 0
+
+
+@pytest.mark.parametrize("macro", [True, False])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_prefill_pool_blocked_by_copies_awaiting_transfer_drains(macro, seed) -> None:
+    """A prefill replica whose waiting prompts do not fit (its blocks held by copies whose KV has
+    not yet crossed) sleeps; the hand-off that frees those blocks wakes it. Before, the run
+    ended with most requests waiting and no event left (arrived 60, completed 4)."""
+    sc = scenario(seed=seed, cluster=_disagg(p=1, d=1), engine={"max_model_len": 4096, "num_gpu_blocks_override": 300},
+                  workload={"num_requests": 60, "arrival": {"type": "poisson", "rate": 10.0},
+                            "prompt_tokens": {"type": "lognormal", "median": 2000, "sigma": 0.5, "max": 3000},
+                            "output_tokens": {"type": "lognormal", "median": 100, "sigma": 0.6, "max": 500}})
+    sim, result, s = _run(sc, macro)
+    assert s["requests"]["completed"] == s["requests"]["arrived"] == 60
+    assert s["requests"]["in_flight"] == 0 and not any(n.startswith("stranded") for n in s["notes"])
+    for r in sim.replicas:
+        assert not r.scheduler.waiting and not r.scheduler.running
+        assert r.allocator.pool.num_free == r.plan.num_gpu_blocks - 1  # all blocks back (less vLLM's null block)
+
+
+def test_requests_left_when_the_events_run_out_are_reported_stranded() -> None:
+    """The summary of a run that stopped with work left says so, with the requests' states, and
+    does not call the run overloaded (its served rate is low because work stopped)."""
+    import dataclasses
+
+    from sim.engine.logs.metrics import summarize
+    from sim.engine.simulation import Simulation
+    from sim.request import Request
+
+    sc = scenario(workload={"num_requests": 40, "arrival": {"type": "poisson", "rate": 50.0}})
+    result = Simulation(sc).run()
+    done = summarize(result)
+    assert done["requests"]["in_flight"] == 0 and not any(n.startswith("stranded") for n in done["notes"])
+    reqs = []
+    for i in range(40):  # 35 finished, 3 waiting and 2 running as a deadlock leaves them
+        r = Request(i, 0.02 * i, ((1, 100),), 10, 10)
+        if i < 35:
+            r.status, r.admitted_s, r.first_token_s, r.last_token_s, r.finish_s = (
+                RequestStatus.FINISHED, r.arrival_s, r.arrival_s + 0.1, r.arrival_s + 0.5, r.arrival_s + 0.5)
+            r.num_generated = r.num_output_tokens = 10
+        else:
+            r.status = RequestStatus.WAITING if i < 38 else RequestStatus.RUNNING
+        reqs.append(r)
+    s = summarize(dataclasses.replace(result, requests=reqs))
+    assert s["requests"]["in_flight"] == 5 and s["requests"]["completed"] == 35
+    stranded = [n for n in s["notes"] if n.startswith("stranded")]
+    assert len(stranded) == 1 and "5 of 40 requests" in stranded[0] and "(3 waiting, 2 running)" in stranded[0]
+    assert not any(n.startswith("overloaded") for n in s["notes"])
