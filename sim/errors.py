@@ -83,6 +83,16 @@ MAX_YAML_NODES = 1_000_000
 _MAX_PART = 300  # characters of one part of an error line (file, key) before "..."
 
 
+def did_you_mean(word: str, choices) -> str:
+    """`` (did you mean 'x'?)`` naming the closest of ``choices`` to ``word`` (up to three), or ""."""
+    import difflib  # noqa: PLC0415
+
+    word, names = str(word).lower(), [str(c) for c in choices]
+    starts = sorted(c for c in names if word and c.startswith(word))  # 'h100': the h100-* ones first
+    close = list(dict.fromkeys(starts + difflib.get_close_matches(word, names, n=3, cutoff=0.6)))[:3]
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+
+
 def one_line(text: str, limit: int = 4 * _MAX_PART) -> str:
     """``text`` as one printable line: control characters escaped, at most ``limit`` characters."""
     text = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in str(text))

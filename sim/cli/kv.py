@@ -59,12 +59,12 @@ def add_kv_parser(subparsers: Any) -> None:
     p.add_argument("--max-num-seqs", default="256", metavar="N", help="for the sampler's profiling (default 256)")
     p.add_argument("--max-num-batched-tokens", default="8192", metavar="N",
                    help="tokens of the profiling forward pass (default 8192)")
-    p.add_argument("--tp", default="1", metavar="N",
+    p.add_argument("--tp", "--tensor-parallel-size", "-tp", dest="tp", default="1", metavar="N",
                    help="tensor-parallel size, 1, 2, 4 or 8 (default 1): the plan of each of N GPUs one replica"
-                        " is split over (vLLM's --tensor-parallel-size)")
-    p.add_argument("--pp", default="1", metavar="N",
+                        " is split over (vLLM's --tensor-parallel-size, also accepted)")
+    p.add_argument("--pp", "--pipeline-parallel-size", "-pp", dest="pp", default="1", metavar="N",
                    help="pipeline-parallel size, 1, 2, 4 or 8 (default 1): layers split into N stages (each on --tp"
-                        " GPUs); the plan of each stage's GPUs (vLLM's --pipeline-parallel-size)")
+                        " GPUs); the plan of each stage's GPUs (vLLM's --pipeline-parallel-size, also accepted)")
     p.add_argument("--attention-dp", action="store_true",
                    help="with --tp N: the N GPUs run attention data-parallel (each its own requests' KV, all"
                         " attention heads; MLP, experts and vocabulary split): SGLang's --enable-dp-attention")

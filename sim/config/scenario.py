@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from sim.errors import ConfigError, parse_yaml, read_yaml_file
+from sim.errors import ConfigError, did_you_mean, parse_yaml, read_yaml_file
 from sim.config.limits import MAX_SESSIONS, ceiling_message
 from sim.config.schema import *  # noqa: F403  (the schema's names are this module's API too)
 from sim.config.schema import BatchingPolicy, EmpiricalLength, FixedLength, Scenario, UniformLength, ZipfLength
@@ -152,7 +152,8 @@ def _explain(err: dict, data: Any) -> tuple[str, str]:
     kind = err["type"]
     if kind == "extra_forbidden":
         allowed = _allowed_keys(loc)
-        return key, "unknown key" + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
+        hint = did_you_mean(str(loc[-1]), allowed) if allowed else ""
+        return key, "unknown key" + hint + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
     if kind == "missing":
         return key, "required key is missing"
     if kind in ("union_tag_invalid", "union_tag_not_found"):

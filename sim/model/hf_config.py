@@ -12,7 +12,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Mapping
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, did_you_mean
 from sim.model.hf_fields import (
     GEMMA_SANDWICH, KNOWN_MODEL_TYPES, QK_NORM, Fields, layer_windows, moe_layer_indices,
     warn_unknown_model_type)
@@ -47,6 +47,35 @@ def config_file(name_or_path: str) -> Path | None:
     return path if path.is_file() else None
 
 
+#: Suffixes of a Hugging Face id that name a fine-tune of the same architecture (the KV cache,
+#: weights and kernels are the base model's): ``meta-llama/Llama-3.1-8B-Instruct`` is llama-3.1-8b.
+_FINE_TUNE_SUFFIXES = ("-instruct", "-chat", "-hf", "-it", "-base")
+
+
+def hub_id_preset(name: str, presets) -> str | None:
+    """The preset a Hugging Face id (``org/Model-Name[-Instruct]``) names, or None: the part after
+    the organisation, lower case, without fine-tune suffixes and a ``meta-`` prefix."""
+    if "/" not in name or name.count("/") != 1:
+        return None
+    base = _hub_base(name)
+    for candidate in (base, base.removeprefix("meta-")):
+        if candidate in presets:
+            return candidate
+    return None
+
+
+def _hub_base(name: str) -> str:
+    """A Hugging Face id's model part, lower case, without fine-tune suffixes."""
+    base = name.split("/")[-1].strip().lower().replace("-instruct-", "-").replace("-chat-", "-")
+    changed = True
+    while changed:
+        changed = False
+        for suffix in _FINE_TUNE_SUFFIXES:
+            if base.endswith(suffix):
+                base, changed = base[: -len(suffix)], True
+    return base
+
+
 def load_model(name_or_path: str, *, source: str = "<cli>", key: str = "model") -> ModelSpec:
     """A preset (case-insensitive name) or a HuggingFace config.json (file or its folder).
 
@@ -58,6 +87,9 @@ def load_model(name_or_path: str, *, source: str = "<cli>", key: str = "model") 
     if lowered in presets:
         return spec_from_hf_config(presets[lowered], name=lowered, source=str(_PRESETS_PATH))
     path = config_file(name_or_path)
+    preset = hub_id_preset(name_or_path, presets) if path is None else None
+    if preset is not None:
+        return spec_from_hf_config(presets[preset], name=preset, source=str(_PRESETS_PATH))
     if path is not None:
         try:
             if path.stat().st_size > MAX_CONFIG_BYTES:
@@ -69,7 +101,7 @@ def load_model(name_or_path: str, *, source: str = "<cli>", key: str = "model") 
             raise ConfigError(str(path), "<root>", "a config.json must hold a JSON object")
         name = path.parent.name if path.name == "config.json" else path.stem
         return spec_from_hf_config(cfg, name=name or str(path), source=str(path))
-    raise ConfigError(source, key, f"unknown model {name_or_path!r}; use one of: "
+    raise ConfigError(source, key, f"unknown model {name_or_path!r}{did_you_mean(_hub_base(lowered), presets)}; use one of: "
                       f"{', '.join(available_models())} or a path to a HuggingFace config.json")
 
 

@@ -236,9 +236,19 @@ def check_writable(target: Path, flag: str = "--out") -> None:
         folder = folder.parent
     if not folder.is_dir():
         raise ConfigError(str(target), flag, f"{folder} is a file, not a folder; choose another path")
-    if not os.access(folder, os.W_OK | os.X_OK) or _read_only(folder):
+    if not os.access(folder, os.W_OK | os.X_OK) or _read_only(folder) or not _can_create_in(folder):
         raise ConfigError(str(target), flag, f"cannot write in {folder} (permission denied or a "
                           "read-only file system); choose a writable path")
+
+
+def _can_create_in(folder: Path) -> bool:
+    """Whether a folder can be made in ``folder`` (made and removed at once): a pseudo file
+    system such as /proc passes the permission checks and still refuses every new entry."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".kvsim-probe-", dir=folder))
+    except OSError:
+        return False
+    return True
 
 
 def _read_only(folder: Path) -> bool:

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from enum import StrEnum
 
 from sim.errors import ConfigError
-from sim.sweep.ray_executor import DEFAULT_RAY_TIMEOUT_S, connect_ray, run_ray
+from sim.sweep.ray_executor import DEFAULT_RAY_TIMEOUT_S, MAX_RAY_TIMEOUT_S, connect_ray, run_ray
 from sim.sweep.runner import run_point
 
 #: How often a worker checks that its parent is alive (seconds).
@@ -145,6 +145,7 @@ def make_executor(kind: ExecutorKind, workers: int, ray_address: str | None = No
         if ray_timeout_s is not None:
             raise ConfigError("--ray-timeout", str(ray_timeout_s), "only with --executor ray")
     timeout = DEFAULT_RAY_TIMEOUT_S if ray_timeout_s is None else ray_timeout_s
-    if timeout <= 0:
-        raise ConfigError("--ray-timeout", str(timeout), "must be a positive number of seconds")
+    if not 0 < timeout <= MAX_RAY_TIMEOUT_S:  # (NaN fails too)
+        raise ConfigError("--ray-timeout", str(timeout), f"must be a positive number of seconds, at most "
+                          f"{MAX_RAY_TIMEOUT_S:,.0f} (a day)")
     return Executor(kind, workers, ray_address, timeout)

@@ -17,6 +17,8 @@ from sim.sweep.runner import run_point
 
 #: Seconds to reach a Ray cluster before giving up (``sim sweep --ray-timeout``).
 DEFAULT_RAY_TIMEOUT_S = 30.0
+#: The longest --ray-timeout taken: a bound a typo (1e300, inf) cannot pass.
+MAX_RAY_TIMEOUT_S = 86_400.0
 
 
 def _import_ray():
@@ -61,8 +63,9 @@ def connect_ray(address: str | None, workers: int, timeout_s: float = DEFAULT_RA
     """Join the Ray cluster at ``address`` (or start a local Ray with ``workers`` CPUs)
     within ``timeout_s`` seconds; True when this call initialised Ray (the caller shuts it
     down). Raises ConfigError in a bounded time when it cannot."""
-    if timeout_s <= 0:
-        raise ConfigError("--ray-timeout", str(timeout_s), "must be a positive number of seconds")
+    if not 0 < timeout_s <= MAX_RAY_TIMEOUT_S:  # (NaN fails too)
+        raise ConfigError("--ray-timeout", str(timeout_s), f"must be a positive number of seconds, at most "
+                          f"{MAX_RAY_TIMEOUT_S:,.0f} (a day)")
     ray = _import_ray()
     if ray.is_initialized():
         return False

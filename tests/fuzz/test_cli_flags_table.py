@@ -48,6 +48,16 @@ SIM_CASES = [
     (["sweep", SCENARIO, "--grid", "kv.block_size=8,16", "--workers", "0"], "--workers"),
     (["sweep", SCENARIO, "--grid", "kv.block_size=8,16", "--executor", "slurm"], "--executor"),
     (["sweep", SCENARIO, "--grid", "kv.block_size=8,16", "--ray-address", "127.0.0.1:1"], "--ray-address"),
+    (["sweep", SCENARIO, "--grid", "kv.block_size=8,16", "--out", "/proc/kvsim/sweep"], "cannot write in /proc"),
+    (["plan", "scenarios/plan-chatbot.yaml", "--out", "/proc/kvsim/plan"], "cannot write in /proc"),
+    (["plan", "scenarios/plan-chatbot.yaml", "--executor", "ray", "--ray-timeout", "nan"], "--ray-timeout"),
+    (["plan", "scenarios/plan-chatbot.yaml", "--executor", "ray", "--ray-timeout", "inf"], "--ray-timeout"),
+    (["plan", "scenarios/plan-chatbot.yaml", "--executor", "ray", "--ray-timeout", "1e300"], "at most 86,400"),
+    (["run", SCENARIO, "--out", "/proc/kvsim"], "cannot write in /proc"),
+    (["kv", "--model", "llama3-8b"], "did you mean 'llama-3-8b'"),
+    (["kv", "--model", "llama-3-8b", "--gpu", "h100"], "did you mean 'h100-nvl' or 'h100-pcie' or 'h100-sxm'?"),
+    (["run", SCENARIO, "--set", "scheduler.max_num_seq=4"], "did you mean 'max_num_seqs'?"),
+    (["kv", "--model", "mistralai/Mistral-7B-Instruct-v0.3"], "did you mean 'mistral-7b'"),
     (["compare"], "DIR"),
     (["compare", "no/such/run"], "no/such/run"),
     (["validate"], "scenario"),
@@ -116,3 +126,26 @@ def test_microbench_refuses_bad_flags_in_one_line(argv, expected, capsys, monkey
     monkeypatch.setattr(microbench.calibrate, "run_sweep", refuse)
     assert microbench.cli.main(argv) == 2
     _one_error_line(capsys, expected)
+
+
+@pytest.mark.parametrize("hub_id,preset", [("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"),
+                                           ("meta-llama/Meta-Llama-3-8B-Instruct", "llama-3-8b"),
+                                           ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"),
+                                           ("google/gemma-2-9b-it", "gemma-2-9b")])
+def test_hugging_face_ids_of_a_preset_and_its_fine_tunes_name_the_preset(hub_id, preset, capsys) -> None:
+    import json
+
+    assert sim.cli.main.main(["kv", "--model", hub_id, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"] == preset
+
+
+def test_kv_takes_vllms_parallelism_flags(capsys) -> None:
+    import json
+
+    argv = ["kv", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--json"]
+    assert sim.cli.main.main(argv + ["--tp", "4", "--pp", "2"]) == 0
+    short = json.loads(capsys.readouterr().out)
+    assert sim.cli.main.main(argv + ["--tensor-parallel-size", "4", "--pipeline-parallel-size", "2"]) == 0
+    assert json.loads(capsys.readouterr().out) == short
+    assert sim.cli.main.main(argv + ["-tp", "2"]) == 0
+    assert json.loads(capsys.readouterr().out) != short

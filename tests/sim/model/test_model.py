@@ -107,7 +107,8 @@ def test_unknown_model_names_the_key_and_the_choices() -> None:
     with pytest.raises(ConfigError) as err:
         load_model("llama-9-9b")
     assert err.value.key == "model"
-    assert str(err.value).startswith("<cli>: model: unknown model 'llama-9-9b'; use one of: ")
+    assert str(err.value).startswith("<cli>: model: unknown model 'llama-9-9b' (did you mean 'llama-3-8b'")
+    assert "; use one of: " in str(err.value)
     assert "qwen2.5-7b" in str(err.value) and "HuggingFace config.json" in str(err.value)
     assert set(available_models()) >= {"llama-2-7b", "deepseek-v2-lite", "tiny-llama", "opt-13b"}
 
