@@ -2,6 +2,7 @@
 
     python benchmarks/sim_scale.py [--sizes 10000 100000] [--million] [--repeats 1]
                                    [--steps full none] [--no-azure] [--sim .venv/bin/sim]
+                                   [--baseline REV]
 
 Runs ``sim run scenarios/chatbot.yaml --set workload.num_requests=N`` for each size (1M
 too with ``--million``; tens of minutes) and the one-hour Azure replay
@@ -11,6 +12,13 @@ child process per run, and prints a Markdown table: wall seconds of the whole co
 engine steps and simulated requests per wall second (of the whole command), the child's
 peak RSS (``wait4`` rusage) and the sizes of report.html and steps.csv. Record the figures
 in benchmarks/RESULTS.md with the machine, date, versions and working-tree state printed.
+
+``--baseline REV`` installs the git revision REV (``git archive`` into a temporary folder,
+``pip install`` into a temporary venv with the same interpreter) and runs every case on
+the old and the new tree alternately, ``--repeats`` pairs (default 3 with a baseline), so
+that both see the same load on a shared machine; the table gets a row per tree and run and
+each case a line with the speedup (old wall / new wall, of the whole command and of the
+simulation alone): median and range over the pairs.
 """
 
 from __future__ import annotations
@@ -67,15 +75,47 @@ def run_one(sim: str, scenario: Path, sets: list[str], steps: str, out: Path) ->
     }
 
 
+def build_baseline(rev: str, tmp: Path) -> str:
+    """Install the tree at ``rev`` into a venv under ``tmp``; return the path of its ``sim``."""
+    src, venv = tmp / "baseline-src", tmp / "baseline-venv"
+    src.mkdir()
+    try:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", rev],
+                                 capture_output=True, check=True).stdout
+    except subprocess.CalledProcessError as e:
+        raise SystemExit(f"--baseline {rev}: git archive failed: {e.stderr.decode().strip()}") from None
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(src)], capture_output=True, text=True)
+    if pip.returncode != 0:
+        raise SystemExit(f"--baseline {rev}: pip install failed: {pip.stderr.strip()[-2000:]}")
+    return str(venv / "bin" / "sim")
+
+
+def _row(name: str, steps: str, r: dict) -> str:
+    return (f"| {name} | {steps} | {r['requests']:,} | {r['steps']:,} | {r['wall_s']:.1f} "
+            f"| {r['sim_wall_s']:.1f} | {r['steps'] / r['wall_s']:,.0f} "
+            f"| {r['requests'] / r['wall_s']:,.0f} | {r['peak_rss_mb']:,.0f} "
+            f"| {r['report_mb']:.2f} | {r['steps_csv_mb']:.2f} |")
+
+
+def _speedup(old: list[dict], new: list[dict], key: str) -> str:
+    ratios = sorted(o[key] / n[key] for o, n in zip(old, new))
+    return f"{float(np.median(ratios)):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     ap.add_argument("--million", action="store_true", help="add 1,000,000 requests (long)")
     ap.add_argument("--steps", nargs="+", default=["full", "none"], choices=("full", "sampled", "none"))
-    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=None, help="runs per case (pairs with --baseline; "
+                    "default 1, or 3 with --baseline)")
+    ap.add_argument("--baseline", metavar="REV", help="git revision to compare against, run alternately")
     ap.add_argument("--no-azure", action="store_true", help="skip the Azure hour")
     ap.add_argument("--sim", default=shutil.which("sim") or str(Path(sys.executable).parent / "sim"))
     args = ap.parse_args()
+    repeats = args.repeats if args.repeats is not None else (3 if args.baseline else 1)
     print(f"python {platform.python_version()}, numpy {np.__version__}, simpy {simpy.__version__}, "
           f"{platform.machine()}, {os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"working tree: {_tree_state()}\n")
@@ -87,14 +127,24 @@ def main() -> int:
           "| report.html MB | steps.csv MB |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory(prefix="sim_scale.") as tmp:
+        baseline = build_baseline(args.baseline, Path(tmp)) if args.baseline else None
+        speedups = []
         for name, scenario, sets in cases:
             for steps in args.steps:
-                for _ in range(args.repeats):
-                    r = run_one(args.sim, scenario, sets, steps, Path(tmp) / "out")
-                    print(f"| {name} | {steps} | {r['requests']:,} | {r['steps']:,} | {r['wall_s']:.1f} "
-                          f"| {r['sim_wall_s']:.1f} | {r['steps'] / r['wall_s']:,.0f} "
-                          f"| {r['requests'] / r['wall_s']:,.0f} | {r['peak_rss_mb']:,.0f} "
-                          f"| {r['report_mb']:.2f} | {r['steps_csv_mb']:.2f} |", flush=True)
+                olds, news = [], []
+                for _ in range(repeats):
+                    if baseline:
+                        olds.append(run_one(baseline, scenario, sets, steps, Path(tmp) / "out"))
+                        print(_row(f"{name} @ {args.baseline}", steps, olds[-1]), flush=True)
+                    news.append(run_one(args.sim, scenario, sets, steps, Path(tmp) / "out"))
+                    print(_row(name if not baseline else f"{name} @ working tree", steps, news[-1]), flush=True)
+                if baseline:
+                    speedups.append(f"- {name}, --steps {steps}: {_speedup(olds, news, 'wall_s')} whole "
+                                    f"command, {_speedup(olds, news, 'sim_wall_s')} simulation "
+                                    f"(old / new, median and range over {repeats} alternated pairs)")
+        if speedups:
+            print(f"\nspeedup of the working tree over {args.baseline}:")
+            print("\n".join(speedups))
     return 0
 
 
