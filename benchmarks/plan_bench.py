@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SPACE = {
     "gpu": ["a100-80gb", "h100-sxm", "l40s"],
     "scheduler.max_num_seqs": [32, 64, 128, 256],
-    "engine.max_model_len": [8192, 16384, 32768],
+    "engine.max_model_len": [2048, 4096, 8192],  # Llama-3-8B: 8K context (vLLM refuses longer)
     "engine.gpu_memory_utilization": [0.5, 0.7, 0.9],
 }
 

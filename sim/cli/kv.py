@@ -50,7 +50,7 @@ def add_kv_parser(subparsers: Any) -> None:
     p.add_argument("--gpu", default=None, metavar="NAME_OR_CAL_YAML",
                    help="a calibration name (calibrations/NAME.yaml) or path: adds the memory plan")
     p.add_argument("--max-model-len", default=None, metavar="N",
-                   help="longest sequence (default: the model's max_position_embeddings)")
+                   help="longest sequence (default: the model's context, max_position_embeddings with rope_scaling, as vLLM derives it)")
     p.add_argument("--gpu-memory-utilization", default="0.9", metavar="F",
                    help="fraction of GPU memory vLLM may use (default 0.9)")
     p.add_argument("--kv-cache-free-gpu-mem-fraction", default=None, metavar="F",
@@ -113,7 +113,7 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(CLI, "--attention-dp", "runs attention data-parallel over the --tp GPUs: give --tp 2, 4 or 8")
     shard = shard_model(model, tp, dp)  # one GPU's share (the model itself for --tp 1)
     max_model_len = (_number(args.max_model_len, "--max-model-len", int)
-                     if args.max_model_len is not None else model.max_position_embeddings)
+                     if args.max_model_len is not None else model.max_context_tokens)
     per_token = kv_bytes_per_token(model, kv_dtype, quant_group_size=group)
     per_block = math.ceil(per_token * block_size)
     out: dict[str, Any] = {

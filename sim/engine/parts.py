@@ -43,12 +43,28 @@ def relative_to_scenario(sc: Scenario, ref: str) -> str:
     return file_or_name(sc.base_dir, ref)
 
 
+#: Engines that refuse, at startup, a max_model_len longer than the model's context (vLLM's
+#: _get_and_verify_max_len without VLLM_ALLOW_LONG_MAX_MODEL_LEN; SGLang's context_length check
+#: without SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN). TensorRT-LLM builds for any max_seq_len.
+_CONTEXT_CHECKED = (ProfileName.VLLM_V1, ProfileName.VLLM_V0, ProfileName.SGLANG)
+
+
+def check_context(model: ModelSpec, max_model_len: int, profile: str, src: str) -> None:
+    ctx = model.max_context_tokens
+    if ctx and max_model_len > ctx and profile in _CONTEXT_CHECKED:
+        raise ConfigError(src, "engine.max_model_len", (
+            f"{max_model_len:,} is longer than {model.name}'s context, {ctx:,} tokens (its config's "
+            f"max_position_embeddings and rope_scaling); engine.profile {profile} refuses it at startup, as the "
+            f"engine does: set engine.max_model_len <= {ctx}, or a model with a longer context"))
+
+
 def build_plan(sc: Scenario):
     """Model, calibration and memory plan of a scenario (ConfigError on bad input)."""
     src = sc.source_path
     model = load_model(relative_to_scenario(sc, sc.model), source=src)
     cal = load_calibration(relative_to_scenario(sc, sc.gpu), source=src, key="gpu")
     eng = sc.engine
+    check_context(model, eng.max_model_len, eng.profile, src)
     check_tensor_parallel(model, eng.tensor_parallel_size, src, TP_KEY)
     if eng.attention_data_parallel and (eng.tensor_parallel_size == 1 or eng.pipeline_parallel_size > 1
                                         or "gemm" in cal.kernels):

@@ -105,6 +105,29 @@ def load_model(name_or_path: str, *, source: str = "<cli>", key: str = "model") 
                       f"{', '.join(available_models())} or a path to a HuggingFace config.json")
 
 
+#: rope_scaling types that stretch the context past max_position_embeddings by their factor, as
+#: vLLM's _get_and_verify_max_len counts them (YaRN from original_max_position_embeddings, as
+#: Qwen's configs enable it; dynamic NTK). Others are left as the config says: Llama 3.1's llama3,
+#: Phi-3's su/longrope, and linear, whose configs already state the stretched length (Gemma 3:
+#: 131072 with factor 8), so a 1M-token context is never read into them.
+_STRETCHING_ROPE = ("yarn", "dynamic")
+
+
+def derived_context_len(cfg: Mapping[str, Any], max_pos: int | None) -> int | None:
+    """The context length a config allows, as vLLM's ``_get_and_verify_max_len`` derives it."""
+    rs = cfg.get("rope_scaling")
+    if max_pos is None or not isinstance(rs, dict):
+        return max_pos
+    kind, factor = rs.get("rope_type", rs.get("type")), rs.get("factor")
+    if (kind not in _STRETCHING_ROPE or "mrope_section" in rs or isinstance(factor, bool)
+            or not isinstance(factor, (int, float)) or not 1.0 <= factor <= 1024.0):
+        return max_pos
+    base = rs.get("original_max_position_embeddings") if kind == "yarn" else max_pos
+    if not isinstance(base, int) or isinstance(base, bool) or not 1 <= base <= max(max_pos, 1 << 24):
+        base = max_pos
+    return int(base * factor)
+
+
 def spec_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str) -> ModelSpec:
     """Build a ModelSpec from config.json keys (llama, mistral, mixtral, qwen2/3 and their
     MoE, gemma/2/3, opt, deepseek_v2/v3 style; a multimodal config's ``text_config``).
@@ -150,7 +173,7 @@ def spec_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str) -> Mo
             tie_word_embeddings=f.bool("tie_word_embeddings", True),
             sliding_window=windows[0] if len(set(windows)) == 1 else None,
             layer_windows=windows if len(set(windows)) > 1 else None,
-            max_position_embeddings=max_pos,
+            max_position_embeddings=max_pos, max_context_tokens=derived_context_len(f.cfg, max_pos),
             mlp=MlpKind.PLAIN if is_opt else MlpKind.GATED,
             norm=NormKind.LAYER if is_opt else NormKind.RMS,
             norms_per_layer=4 if model_type in GEMMA_SANDWICH else 2, qk_norm=model_type in QK_NORM,
