@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from sim.config.shipped import available_scenarios, shipped_scenario
 from sim.errors import ConfigError, did_you_mean, parse_yaml, read_yaml_file
 from sim.config.limits import MAX_SESSIONS, ceiling_message
 from sim.config.schema import *  # noqa: F403  (the schema's names are this module's API too)
@@ -217,7 +218,15 @@ def read_yaml(path: str | Path) -> Any:
 
 
 def load_scenario(path: str | Path, overrides: list[str] = ()) -> Scenario:
-    """Read, override (``--set``) and validate a scenario file."""
+    """Read, override (``--set``) and validate a scenario file (or a shipped scenario by name:
+    sim/config/shipped.py)."""
+    shipped = shipped_scenario(path)
+    if shipped is not None:
+        path = shipped
+    elif not Path(path).exists() and not Path(path).is_symlink():
+        names = available_scenarios()
+        hint = f" (did you mean a shipped scenario? {', '.join(names)}: e.g. sim run {names[0]})" if names else ""
+        raise ConfigError(str(path), "<file>", f"no such file{hint}")
     data = read_yaml(path)
     if data is None:
         data = {}

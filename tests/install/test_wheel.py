@@ -21,7 +21,8 @@ from sim.calib import calibration as calib
 from sim.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
-SOURCES = ("pyproject.toml", "README.md", "calibrations", "sim", "microbench", "kernels", "realengine", "validation")
+SOURCES = ("pyproject.toml", "README.md", "calibrations", "scenarios", "sim", "microbench", "kernels", "realengine",
+           "validation")
 
 
 def _setuptools() -> dict:
@@ -35,8 +36,9 @@ def test_the_package_list_matches_the_source_tree() -> None:
              if (REPO / p.replace(".", "/") / "__init__.py").is_file()}
     listed = set(_setuptools()["packages"])
     assert found - listed == set(), "add these packages to [tool.setuptools] packages in pyproject.toml"
-    assert listed - found == {"sim.calib.shipped"}
-    assert _setuptools()["package-dir"] == {"sim.calib.shipped": "calibrations"}
+    assert listed - found == {"sim.calib.shipped", "sim.config.shipped_scenarios"}
+    assert _setuptools()["package-dir"] == {"sim.calib.shipped": "calibrations",
+                                            "sim.config.shipped_scenarios": "scenarios"}
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +72,34 @@ def test_the_wheel_carries_the_calibrations_and_the_model_presets(wheel_names: s
     assert "sim/model/data/models.yaml" in wheel_names
     assert not any(n.startswith("calibrations/") for n in wheel_names)  # no top-level package of that name
     assert {"sim/cli/main.py", "microbench/cli.py", "kernels/__init__.py"} <= wheel_names
+
+
+def test_the_wheel_carries_the_scenarios_with_their_traces_and_models(wheel_names: set[str]) -> None:
+    """``sim run chatbot`` after ``pip install .``: every shipped scenario and what it reads."""
+    names = sorted(p.name for p in (REPO / "scenarios").glob("*.yaml"))
+    assert "chatbot.yaml" in names and "azure-conv.yaml" in names
+    assert {f"sim/config/shipped_scenarios/{n}" for n in names} <= wheel_names
+    traces = sorted(p.name for p in (REPO / "scenarios" / "traces").glob("*.csv"))
+    assert traces and {f"sim/config/shipped_scenarios/traces/{n}" for n in traces} <= wheel_names
+    assert "sim/config/shipped_scenarios/models/validate-llama/config.json" in wheel_names
+    assert not any(n.startswith("scenarios/") for n in wheel_names)
+
+
+def test_a_shipped_scenario_runs_by_name_from_any_folder(tmp_path: Path, monkeypatch, capsys) -> None:
+    from sim.cli.main import main
+    from sim.config.shipped import available_scenarios, shipped_scenario
+
+    monkeypatch.chdir(tmp_path)
+    assert {"chatbot", "azure-conv", "plan-chatbot"} <= set(available_scenarios())
+    for arg in ("chatbot", "chatbot.yaml", "scenarios/chatbot.yaml"):
+        assert shipped_scenario(arg) == REPO / "scenarios" / "chatbot.yaml"
+    assert shipped_scenario("other/chatbot.yaml") is None and shipped_scenario("nope") is None
+    (tmp_path / "chatbot.yaml").write_text("name: mine\n")  # a file that exists is read as given
+    assert shipped_scenario("chatbot.yaml") is None
+    assert main(["run", "azure-conv", "--set", "workload.num_requests=50", "--out", str(tmp_path / "o"),
+                 "--no-report", "--quiet"]) == 0  # its trace comes along, relative to the shipped file
+    assert main(["run", "no-such-scenario", "--out", str(tmp_path / "p")]) == 2
+    assert "did you mean a shipped scenario?" in capsys.readouterr().err
 
 
 def test_names_are_looked_up_in_cwd_then_in_the_shipped_ones(tmp_path: Path, monkeypatch) -> None:
