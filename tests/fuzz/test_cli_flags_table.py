@@ -48,6 +48,8 @@ SIM_CASES = [
     (["sweep", SCENARIO, "--grid", "kv.block_size=8,16", "--workers", "0"], "--workers"),
     (["sweep", SCENARIO, "--grid", "kv.block_size=8,16", "--executor", "slurm"], "--executor"),
     (["sweep", SCENARIO, "--grid", "kv.block_size=8,16", "--ray-address", "127.0.0.1:1"], "--ray-address"),
+    (["sweep", SCENARIO, "--grid", "kv.block_size=8,16", "--sort-by", "ttft_s.p98"], "--sort-by"),
+    (["sweep", SCENARIO, "--grid", "kv.block_size=8,16", "--metric", "bogus"], "--sort-by"),
     (["compare"], "DIR"),
     (["compare", "no/such/run"], "no/such/run"),
     (["validate"], "scenario"),
