@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.config.engine_support import engine_notes
 from sim.engine.logs.profile_info import engine_summary, profile_notes
 from sim.engine.logs.request_stats import RunRequests
 from sim.engine.logs.step_log import COLUMNS, StepLog, step_aggregates  # noqa: F401 (re-exported)
@@ -186,7 +187,7 @@ def summarize(result) -> dict:
             "token_eviction": str(alloc_cls.budget.policy),
         },
         "profile": engine_summary(result),
-        "notes": notes(alloc_cls) + profile_notes(result) + frontend_note(fe_share)
+        "notes": engine_notes(sc) + notes(alloc_cls) + profile_notes(result) + frontend_note(fe_share)
         + overload_note(sc, rr, span, int(agg["peak_waiting"]), ttft["p50"]),
         "requests": {
             "arrived": rr.n, "completed": rr.num_done, "rejected": rr.num_rejected,
