@@ -12,6 +12,7 @@ from rich.table import Table
 from sim.engine.logs.metrics import STAT_KEYS, stat_label
 from sim.errors import ConfigError
 from sim.sweep.grid import SweepPlan
+from sim.sweep.identical import identical_groups
 from sim.sweep.runner import SweepStats, results_rows
 
 #: Ranking metrics, the first present in the ok points wins (all: higher is better).
@@ -72,7 +73,9 @@ def best_points(plan: SweepPlan, stats: SweepStats, top: int = 3,
     metric of :data:`SORT_METRICS` (lowest first where lower is better); by default goodput,
     else throughput (highest first)."""
     _, rows = results_rows(plan, stats.records)
-    ok = [r for r in rows if r["status"] == "ok"]
+    rows = [{**r, "#": i + 1} for i, r in enumerate(rows)]  # results.csv's row number
+    # points identical to an earlier one (sim/sweep/identical.py) are ranked once, as their first
+    ok = [r for r in rows if r["status"] == "ok" and r.get("identical_to") in (None, r["point_id"])]
     if sort_by is not None:
         header, _, higher = SORT_METRICS[sort_by]
         ranked = [r for r in ok if _number(r.get(sort_by)) is not None]
@@ -92,9 +95,13 @@ def print_sweep_summary(plan: SweepPlan, stats: SweepStats, out_dir: Path, top: 
     if not console.is_terminal:  # a pipe or a file: no need to squeeze into 80 columns
         console = Console(width=max(console.width, 160))
     metric, label, best = best_points(plan, stats, top, sort_by)
+    groups = identical_groups(plan, stats.records)
+    mates = {g.points[0] + 1: ", ".join(str(i + 1) for i in g.points[1:]) for g in groups}
     if best:
-        t = Table(title=f"sweep: the best {len(best)} of {stats.num_points} points by {label}",
+        once = " (identical points once)" if groups else ""
+        t = Table(title=f"sweep: the best {len(best)} of {stats.num_points} points by {label}{once}",
                   show_header=True, header_style="bold")
+        t.add_column("#", justify="right")  # the point's row in results.csv
         for key in plan.keys:  # the key's last part: the full names are in results.csv
             t.add_column(key.rsplit(".", 1)[-1], no_wrap=True)
         shown = [s for s in SHOWN if any(s[0] in r for r in best)]
@@ -102,8 +109,13 @@ def print_sweep_summary(plan: SweepPlan, stats: SweepStats, out_dir: Path, top: 
             shown.insert(0, (sort_by, *SORT_METRICS[sort_by][:2]))
         for _, header, _ in shown:
             t.add_column(header, justify="right", no_wrap=True)
+        same = any(row["#"] in mates for row in best)
+        if same:
+            t.add_column("identical: #", no_wrap=True)
         for row in best:
-            t.add_row(*(_label(row[k]) for k in plan.keys), *(_fmt(row.get(c), scale) for c, _, scale in shown))
+            t.add_row(str(row["#"]), *(_label(row[k]) for k in plan.keys),
+                      *(_fmt(row.get(c), scale) for c, _, scale in shown),
+                      *([mates.get(row["#"], "")] if same else []))
         console.print(t)
     ok = stats.num_points - stats.num_invalid - stats.num_errors
     lines = [
@@ -120,5 +132,19 @@ def print_sweep_summary(plan: SweepPlan, stats: SweepStats, out_dir: Path, top: 
     if failed:
         first = str(failed[0]["error"]).splitlines()[0]
         lines.insert(1, f"failed       e.g. {', '.join(f'{k}={_label(v)}' for k, v in failed[0]['values'].items())}: {first}")
+    lines[1:1] = identical_lines(groups)
     for line in lines:
         console.print(line, highlight=False, soft_wrap=True)
+
+
+#: At most this many identical groups get a line of their own in the terminal.
+MAX_GROUP_LINES = 8
+
+
+def identical_lines(groups) -> list[str]:
+    """One line per group of identical points (the first MAX_GROUP_LINES), then how many more."""
+    lines = [f"identical    points {g.numbers()}: {g.reason}" for g in groups[:MAX_GROUP_LINES]]
+    if len(groups) > MAX_GROUP_LINES:
+        lines.append(f"identical    and {len(groups) - MAX_GROUP_LINES} more groups: see results.csv's "
+                     "identical_to and identical_note columns")
+    return lines
