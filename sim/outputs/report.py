@@ -96,10 +96,10 @@ def _replicas_html(s: dict) -> str:
     c = s["cluster"]
     head = ("<tr><th>replica</th><th>arrived</th><th>completed</th><th>rejected</th><th>in flight</th>"
             "<th>peak running</th><th>KV peak</th><th>preemptions</th><th>busy</th><th>prefix hits</th>"
-            "<th>TTFT p50 / p99</th><th>TPOT p50 / p99</th></tr>")
+            "<th>TTFT p50 / p95 / p99</th><th>TPOT p50 / p95 / p99</th></tr>")
 
     def ms(stats: dict) -> str:
-        return " / ".join("-" if stats[q] is None else f"{stats[q] * 1e3:,.1f} ms" for q in ("p50", "p99"))
+        return " / ".join("-" if stats.get(q) is None else f"{stats[q] * 1e3:,.1f} ms" for q in ("p50", "p95", "p99"))
 
     roles = "role" in s["replicas"][0]  # disaggregated prefill/decode pools
     if roles:

@@ -103,7 +103,7 @@ def _replica_lines(s: dict) -> list[str]:
             f"in flight {q['in_flight']}; peak running {r['peak_running']}, kv peak {r['kv_peak_used_fraction']:.1%}, "
             f"preempted {r['preemptions']}, busy {r['busy_share']:.0%}"
             + (f", prefix hits {hit:.1%}" if hit is not None else "")
-            + f"; ttft p50/p99 {_ms(r['ttft_s'], 'p50')}/{_ms(r['ttft_s'], 'p99')} ms, "
+            + f"; ttft p50/p95/p99 {_ms(r['ttft_s'], 'p50')}/{_ms(r['ttft_s'], 'p95')}/{_ms(r['ttft_s'], 'p99')} ms, "
             f"tpot p50 {_ms(r['tpot_s'], 'p50')} ms")
     return lines
 
