@@ -192,6 +192,8 @@ def _print(result: dict, out_dir: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from sim.engine.logs.metrics import stat_label
+    from validation.compare import QUANTILES
     from validation.drift import needs_recalibration
 
     console = Console()
@@ -217,10 +219,11 @@ def _print(result: dict, out_dir: Path) -> None:
     if ol:
         t = Table(title="open loop: simulator against real engine (relative error)")
         t.add_column("metric")
-        for q in ("p50", "p90", "p99"):
-            t.add_column(q, justify="right")
+        shown = [q for q in QUANTILES if all(q in ol[m] for m in ("ttft_s", "tpot_s", "e2e_s"))]
+        for q in shown:
+            t.add_column(stat_label(q), justify="right")
         for m in ("ttft_s", "tpot_s", "e2e_s"):
-            t.add_row(m, *(_pct(ol[m][q]["rel_error"]) for q in ("p50", "p90", "p99")))
+            t.add_row(m, *(_pct(ol[m][q]["rel_error"]) for q in shown))
         console.print(t)
         console.print(f"throughput {_pct(ol['requests_per_s']['rel_error'])} (requests/s), "
                       f"{_pct(ol['output_tokens_per_s']['rel_error'])} (output tokens/s), peak KV allocated "

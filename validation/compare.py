@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-QUANTILES = ("p50", "p90", "p99")
+#: The latency percentiles compared (summary.json's keys; ``p999`` is p99.9). One a summary
+#: lacks (an older one's p95) is left out of the comparison.
+QUANTILES = ("p50", "p90", "p95", "p99", "p999")
 
 
 def _kind(s) -> str:
@@ -105,7 +107,8 @@ def summary_errors(real: dict, sim: dict) -> dict:
     out: dict = {}
     for metric in ("ttft_s", "tpot_s", "e2e_s"):
         out[metric] = {q: {"real": real[metric][q], "sim": sim[metric][q],
-                           "rel_error": _rel(sim[metric][q], real[metric][q])} for q in QUANTILES}
+                           "rel_error": _rel(sim[metric][q], real[metric][q])}
+                       for q in QUANTILES if q in real[metric] and q in sim[metric]}
     for key in ("requests_per_s", "output_tokens_per_s"):
         a, b = real["throughput"][key], sim["throughput"][key]
         out[key] = {"real": a, "sim": b, "rel_error": _rel(b, a)}

@@ -35,6 +35,10 @@ def add_sweep_parser(sub) -> None:
                    help="a Ray cluster's address (default: start a local Ray)")
     p.add_argument("--ray-timeout", type=float, default=None, metavar="SECONDS",
                    help="give up reaching Ray after this long (default: 30)")
+    p.add_argument("--sort-by", "--metric", dest="sort_by", default=None, metavar="COLUMN",
+                   help="rank the terminal table's best points by this results.csv column, e.g. "
+                        "ttft_s.p95 (lowest first) or throughput.output_tokens_per_s (highest first); "
+                        "default: goodput, else throughput")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary line")
 
 
@@ -98,7 +102,9 @@ def run_sweep_command(args) -> int:
     from sim.sweep.executors import ExecutorKind, Terminated, make_executor
     from sim.sweep.grid import plan_sweep
     from sim.sweep.runner import load_records, point_files, points_dir, run_sweep
+    from sim.sweep.table import check_sort_by
 
+    check_sort_by(args.sort_by)  # before anything runs
     executor = make_executor(ExecutorKind(args.executor), args.workers, args.ray_address, args.ray_timeout)
     plan = plan_sweep(args.scenario, args.grid, args.overrides)
     name = plan.points[0].data.get("name") or Path(args.scenario).stem
@@ -125,5 +131,5 @@ def run_sweep_command(args) -> int:
     if not args.quiet:
         from sim.sweep.table import print_sweep_summary
 
-        print_sweep_summary(plan, stats, out_dir)
+        print_sweep_summary(plan, stats, out_dir, sort_by=args.sort_by)
     return 0

@@ -53,10 +53,7 @@ class ModelSpec:
     tie_word_embeddings: bool = False
     sliding_window: int | None = None
     max_position_embeddings: int | None = None
-    #: The longest context the config allows, as vLLM derives its default max_model_len:
-    #: max_position_embeddings, times rope_scaling's factor where that scaling stretches it
-    #: (YaRN: from original_max_position_embeddings); None if unknown.
-    max_context_tokens: int | None = None
+    max_context_tokens: int | None = None  # the context vLLM derives (hf_config.derived_context_len)
     mlp: MlpKind = MlpKind.GATED
     norm: NormKind = NormKind.RMS
     qkv_bias: bool = False  # Qwen2, OPT

@@ -20,10 +20,17 @@ import plotly.graph_objects as go
 from plotly.io import to_html
 from plotly.subplots import make_subplots
 
+from sim.engine.logs.metrics import stat_label
 from sim.errors import ConfigError
 from sim.outputs.figures import LatencySeries, latency_cdf_figure, run_colors
 from sim.outputs.files import write_atomic
 from sim.outputs.files import flatten
+
+
+def _percentiles(key: str, name: str, stats: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """(summary key, label) of a latency's percentiles, e.g. ("ttft_s.p95", "TTFT p95 (s)")."""
+    return tuple((f"{key}.{q}", f"{name} {stat_label(q)} (s)") for q in stats)
+
 
 KEY_METRICS = (
     ("engine.gpus", "GPUs"),
@@ -31,9 +38,9 @@ KEY_METRICS = (
     ("throughput.output_tokens_per_s", "output tokens/s"),
     ("throughput.output_tokens_per_s_per_gpu", "output tokens/s per GPU"),  # derived in load_run
     ("goodput_requests_per_s", "goodput (req/s)"),
-    ("ttft_s.p50", "TTFT p50 (s)"), ("ttft_s.p99", "TTFT p99 (s)"),
-    ("tpot_s.p50", "TPOT p50 (s)"), ("tpot_s.p99", "TPOT p99 (s)"),
-    ("e2e_s.p90", "E2E p90 (s)"),
+    *_percentiles("ttft_s", "TTFT", ("p50", "p95", "p99", "p999")),
+    *_percentiles("tpot_s", "TPOT", ("p50", "p95", "p99", "p999")),
+    *_percentiles("e2e_s", "E2E", ("p90", "p95", "p99", "p999")),
     ("kv.mean_allocated_unused_fraction", "KV allocated but unused"),
     ("requests.rejected", "rejected"),
     ("preemptions.recompute", "preempted (recompute)"), ("preemptions.swap", "preempted (swap)"),

@@ -23,6 +23,7 @@ import yaml
 
 from sim.outputs.figures import LatencySeries, latency_cdf_figure
 from sim.engine.cluster.simulation import ClusterResult
+from sim.engine.logs.metrics import STAT_KEYS, stat_label
 from sim.engine.pipeline.summary import pipeline_title, replica_label, virtual_engines
 from sim.outputs.run_figures import (_events_figure, _load_figure, _memory_figure, _replicas_figure,
                                      _timeline_figure)
@@ -81,7 +82,7 @@ def _summary_html(summary: dict, scenario_yaml: str) -> str:
             rows.append(f"<tr><td>{section}.{k}</td><td>{shown}</td></tr>")
     for k in ("ttft_s", "tpot_s", "e2e_s"):
         s = summary[k]
-        vals = ", ".join(f"{q} {s[q]:.4g}" for q in ("mean", "p50", "p90", "p99") if s[q] is not None)
+        vals = ", ".join(f"{stat_label(q)} {s[q]:.4g}" for q in STAT_KEYS if s.get(q) is not None)
         rows.append(f"<tr><td>{k}</td><td>{vals}</td></tr>")
     return (
         "<h2>Summary</h2><table class='summary'>" + "".join(rows) + "</table>"
@@ -95,10 +96,10 @@ def _replicas_html(s: dict) -> str:
     c = s["cluster"]
     head = ("<tr><th>replica</th><th>arrived</th><th>completed</th><th>rejected</th><th>in flight</th>"
             "<th>peak running</th><th>KV peak</th><th>preemptions</th><th>busy</th><th>prefix hits</th>"
-            "<th>TTFT p50 / p99</th><th>TPOT p50 / p99</th></tr>")
+            "<th>TTFT p50 / p95 / p99</th><th>TPOT p50 / p95 / p99</th></tr>")
 
     def ms(stats: dict) -> str:
-        return " / ".join("-" if stats[q] is None else f"{stats[q] * 1e3:,.1f} ms" for q in ("p50", "p99"))
+        return " / ".join("-" if stats.get(q) is None else f"{stats[q] * 1e3:,.1f} ms" for q in ("p50", "p95", "p99"))
 
     roles = "role" in s["replicas"][0]  # disaggregated prefill/decode pools
     if roles:
@@ -146,8 +147,8 @@ def _key_numbers_html(s: dict) -> str:
         _card(f"{r['rejected']:,}", "rejected" + (f" ({', '.join(r['rejected_by_reason'])})" if r["rejected"] else "")),
         _card(f"{s['throughput']['requests_per_s']:.2f} req/s", f"{s['throughput']['output_tokens_per_s']:,.0f} output tokens/s"),
         _card(f"{s['goodput_requests_per_s']:.2f} req/s", "goodput" + (f" ({attained:.0%} meet the SLO)" if attained is not None else "")),
-        _card(f"{ms('ttft_s', 'p50')} / {ms('ttft_s', 'p99')}", "TTFT p50 / p99"),
-        _card(f"{ms('tpot_s', 'p50')} / {ms('tpot_s', 'p99')}", "TPOT p50 / p99"),
+        _card(f"{ms('ttft_s', 'p50')} / {ms('ttft_s', 'p95')} / {ms('ttft_s', 'p99')}", "TTFT p50 / p95 / p99"),
+        _card(f"{ms('tpot_s', 'p50')} / {ms('tpot_s', 'p95')} / {ms('tpot_s', 'p99')}", "TPOT p50 / p95 / p99"),
         _card(f"{kv['mean_allocated_unused_fraction']:.1%}", "allocated KV not holding tokens"),
         _card(f"{kv['peak_used_fraction']:.0%}", f"peak KV pool use ({kv['pool_tokens']:,} tokens)" if "replicas" not in s
               else f"peak KV use of a {'virtual engine' if virtual_engines(s) else 'replica'} "

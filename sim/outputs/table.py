@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from sim.engine.logs.metrics import STAT_KEYS, stat_label
 from sim.engine.pipeline.summary import pipeline_title, replica_label, virtual_engines
 
 
@@ -43,12 +44,10 @@ def print_summary(s: dict, out_dir: Path, report: bool = True) -> None:
     t = Table(title=f"{s['scenario']}: {s['model']} on {s['gpu']} (calibration: {s.get('calibration_label', s['calibration_source'])})",
               show_header=True, header_style="bold")
     t.add_column("metric")
-    t.add_column("mean", justify="right")
-    t.add_column("p50", justify="right")
-    t.add_column("p90", justify="right")
-    t.add_column("p99", justify="right")
+    for k in STAT_KEYS:
+        t.add_column(stat_label(k), justify="right")
     for name in ("ttft_s", "tpot_s", "e2e_s"):
-        t.add_row(name.replace("_s", " (ms)"), *(_ms(s[name], k) for k in ("mean", "p50", "p90", "p99")))
+        t.add_row(name.replace("_s", " (ms)"), *(_ms(s[name], k) for k in STAT_KEYS))
     console.print(t)
     reasons = ", ".join(f"{k}: {v}" for k, v in r["rejected_by_reason"].items()) or "none"
     pol = s["policies"]
@@ -104,7 +103,7 @@ def _replica_lines(s: dict) -> list[str]:
             f"in flight {q['in_flight']}; peak running {r['peak_running']}, kv peak {r['kv_peak_used_fraction']:.1%}, "
             f"preempted {r['preemptions']}, busy {r['busy_share']:.0%}"
             + (f", prefix hits {hit:.1%}" if hit is not None else "")
-            + f"; ttft p50/p99 {_ms(r['ttft_s'], 'p50')}/{_ms(r['ttft_s'], 'p99')} ms, "
+            + f"; ttft p50/p95/p99 {_ms(r['ttft_s'], 'p50')}/{_ms(r['ttft_s'], 'p95')}/{_ms(r['ttft_s'], 'p99')} ms, "
             f"tpot p50 {_ms(r['tpot_s'], 'p50')} ms")
     return lines
 

@@ -23,6 +23,7 @@ import math
 
 from sim.plan.explain import unit_why
 from sim.plan.spec import PlanSpec
+from sim.plan.ties import mark_ties
 from sim.plan.unit import split_label
 
 STATUS_ORDER = {"feasible": 0, "slo-unreachable": 1, "infeasible": 2, "error": 3}
@@ -92,6 +93,7 @@ def why(spec: PlanSpec, r: dict, ranked: list[dict] | None = None) -> str:
 def finish(spec: PlanSpec, records: list[dict]) -> list[dict]:
     """Costed, ranked records, each with its one-line reason and Pareto mark."""
     ranked = rank([add_costs(spec, r) for r in records])
+    mark_ties(ranked)  # equal cost: tied_with, and each one's one_replica_down_rate (sim/plan/ties.py)
     front = pareto(ranked)
     for r in ranked:
         r["pareto"] = r["index"] in front

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sim.plan.spec import PlanSpec
+from sim.plan.ties import short_reason, tie_lines
 from sim.plan.unit import UNIT_HEAD, unit_cells
 
 
@@ -34,7 +35,10 @@ def print_plan(spec: PlanSpec, ranked: list[dict], out_dir: Path, wall_s: float,
     for col in ("status", "max req/s", f"{q} TTFT ms", f"{q} TPOT ms", *units, "replicas", "GPUs", "USD/h",
                 "USD/M out tok"):
         t.add_column(col, justify="right" if col != "status" else "left", no_wrap=True)
-    for r in ranked:
+    reasons = [short_reason(r, spec) for r in ranked]
+    if any(reasons):  # why a configuration is not feasible, short (plan.csv's reason column: whole)
+        t.add_column("reason", overflow="fold", min_width=24)
+    for r, reason in zip(ranked, reasons):
         at = r["at_max_rate"] or {}
         rate = "-" if r["max_rate"] is None else f"{'>=' if r['capped'] else ''}{r['max_rate']:.2f}"
         ttft = "-" if at.get("ttft_s") is None else f"{at['ttft_s'] * 1e3:.0f}"
@@ -42,11 +46,13 @@ def print_plan(spec: PlanSpec, ranked: list[dict], out_dir: Path, wall_s: float,
         t.add_row(str(r["rank"] or "-"), *(str(r["values"][k]) for k in keys), r["status"], rate, ttft, tpot,
                   *(unit_cells(r) if spec.clustered else ()),
                   str(r["replicas"] or "-"), str(r["gpus"] or "-"), _money(r["cost_per_hour"]),
-                  _money(r["cost_per_million_output_tokens"]))
+                  _money(r["cost_per_million_output_tokens"]), *([reason] if any(reasons) else []))
     console.print(t)
     feasible = [r for r in ranked if r["status"] == "feasible"]
     for r in feasible[:3]:
         console.print(f"#{r['rank']}: {r['why']}", highlight=False, soft_wrap=True)
+    for line in tie_lines(ranked, spec.target_rate):
+        console.print(line, highlight=False, soft_wrap=True)
     counts = {s: sum(1 for r in ranked if r["status"] == s)
               for s in ("feasible", "slo-unreachable", "infeasible", "error")}
     console.print(f"configurations {len(ranked)}: " + ", ".join(f"{s} {n}" for s, n in counts.items()),

@@ -13,7 +13,9 @@ A record is ``{"point_id", "values", "status": "ok" | "invalid" | "error", "erro
 
 results.csv columns: ``point_id``, the grid keys, ``status``, ``error``, then the run's
 summary.json flattened with dots (``ttft_s.p99``, ``kv.mean_token_fraction``, ...): new
-summary keys become new columns with no change here. ``sim_wall_s`` (a wall-clock time)
+summary keys become new columns with no change here; last ``identical_to`` and
+``identical_note``: for a point whose results are identical to other points', the first such
+point's id and why (sim/sweep/identical.py), else empty. ``sim_wall_s`` (a wall-clock time)
 is left out so the file depends only on the inputs: the same sweep gives the same bytes
 with either executor.
 """
@@ -29,6 +31,7 @@ from pathlib import Path
 
 from sim.errors import ConfigError
 from sim.sweep.grid import SweepPlan, SweepPoint
+from sim.sweep.identical import IDENTICAL_COLUMNS, identical_columns
 from sim.outputs.files import flatten, write_atomic
 
 
@@ -144,14 +147,15 @@ def _cell(v) -> str:
 def results_rows(plan: SweepPlan, records: dict[str, dict]) -> tuple[list[str], list[dict]]:
     """Column names and one flat row per point, in grid order (deterministic)."""
     rows, metric_cols = [], {}
+    same = identical_columns(plan, records)
     for point in plan.points:
         rec = records.get(point.point_id) or {"status": "missing", "error": "not run", "summary": None}
         flat = flatten(rec["summary"] or {})
         for k in flat:
             metric_cols.setdefault(k, None)
         rows.append({"point_id": point.point_id, **{k: point.values[k] for k in plan.keys},
-                     "status": rec["status"], "error": rec["error"], **flat})
-    cols = ["point_id", *plan.keys, "status", "error", *metric_cols]
+                     "status": rec["status"], "error": rec["error"], **flat, **same.get(point.point_id, {})})
+    cols = ["point_id", *plan.keys, "status", "error", *metric_cols, *IDENTICAL_COLUMNS]
     return cols, rows
 
 

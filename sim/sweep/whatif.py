@@ -17,6 +17,7 @@ import math
 
 from plotly.offline import get_plotlyjs
 
+from sim.engine.logs.metrics import stat_label
 from sim.sweep.grid import SweepPlan
 from sim.outputs.files import flatten
 from sim.sweep.whatif_page import PAGE_TEMPLATE
@@ -28,9 +29,9 @@ METRIC_LABELS = {
     "throughput.total_tokens_per_s": "throughput (prompt + output tokens/s)",
     "goodput_requests_per_s": "goodput under the SLO (requests/s)",
     "slo.attained_fraction": "share of finished requests meeting the SLO",
-    **{f"{k}.{q}": f"{name} {q} (s)" for k, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"),
-                                                       ("e2e_s", "E2E latency"))
-       for q in ("p50", "p90", "p99", "mean")},
+    **{f"{k}.{q}": f"{name} {stat_label(q)} (s)" for k, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"),
+                                                                   ("e2e_s", "E2E latency"))
+       for q in ("p50", "p90", "p95", "p99", "p999", "mean")},
     "kv.mean_allocated_unused_fraction": "KV waste: share of allocated KV not holding tokens",
     "kv.mean_token_fraction": "KV pool share holding real tokens (mean)",
     "kv.mean_reserved_unused_fraction": "KV pool share reserved, filled later (mean)",

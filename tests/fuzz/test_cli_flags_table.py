@@ -58,6 +58,8 @@ SIM_CASES = [
     (["kv", "--model", "llama-3-8b", "--gpu", "h100"], "did you mean 'h100-nvl' or 'h100-pcie' or 'h100-sxm'?"),
     (["run", SCENARIO, "--set", "scheduler.max_num_seq=4"], "did you mean 'max_num_seqs'?"),
     (["kv", "--model", "mistralai/Mistral-7B-Instruct-v0.3"], "did you mean 'mistral-7b'"),
+    (["sweep", SCENARIO, "--grid", "kv.block_size=8,16", "--sort-by", "ttft_s.p98"], "--sort-by"),
+    (["sweep", SCENARIO, "--grid", "kv.block_size=8,16", "--metric", "bogus"], "--sort-by"),
     (["compare"], "DIR"),
     (["compare", "no/such/run"], "no/such/run"),
     (["validate"], "scenario"),

@@ -51,6 +51,23 @@ def test_the_printed_table_shows_swaps_and_different_completion_counts(tmp_path,
     assert "output tokens/s" in printed
 
 
+def test_the_open_loop_table_compares_p95_and_p99_9_when_both_summaries_have_them(tmp_path, capsys) -> None:
+    from validation.cli import _print
+
+    def with_tail(s: dict, scale: float) -> dict:
+        q = {"mean": 1.0, "p50": 1.0, "p90": 2.0, "p95": 2.5 * scale, "p99": 3.0, "p999": 4.0 * scale}
+        return {**s, "ttft_s": q, "tpot_s": q, "e2e_s": q}
+
+    ol = summary_errors(with_tail(_summary(), 1.0), with_tail(_summary(), 1.1))
+    assert list(ol["ttft_s"]) == ["p50", "p90", "p95", "p99", "p999"]
+    assert ol["e2e_s"]["p95"]["rel_error"] == pytest.approx(0.1) and ol["tpot_s"]["p999"]["rel_error"] == pytest.approx(0.1)
+    _print({"open_loop": ol, "wall_s": 1.0}, tmp_path)
+    header = next(line for line in capsys.readouterr().out.splitlines() if "metric" in line)
+    assert [c.strip() for c in header.strip("┃ ").split("┃")] == ["metric", "p50", "p90", "p95", "p99", "p99.9"]
+    older = summary_errors(_summary(), with_tail(_summary(), 1.0))  # a summary from before p95: left out
+    assert list(older["ttft_s"]) == ["p50", "p90", "p99"]
+
+
 CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
           "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
           "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 512}

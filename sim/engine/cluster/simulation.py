@@ -261,6 +261,10 @@ def summarize_cluster(result: ClusterResult) -> dict:
     return out
 
 
+#: The latency percentiles of each replica's entry in summary.json (the run's own: every one).
+REPLICA_PERCENTILES = ("p50", "p95", "p99")
+
+
 def _replica_entry(index: int, s: dict, end_s: float) -> dict:
     pre, eng = s["preemptions"], s["engine"]
     return {
@@ -271,6 +275,6 @@ def _replica_entry(index: int, s: dict, end_s: float) -> dict:
         "preemptions": pre["recompute"] + pre["swap"],
         "busy_share": eng["busy_s"] / end_s if end_s > 0 else 0.0,
         "prefix_cache_hit_rate": s["kv"]["prefix_cache_hit_rate"],
-        "ttft_s": {q: s["ttft_s"][q] for q in ("p50", "p99")},
-        "tpot_s": {q: s["tpot_s"][q] for q in ("p50", "p99")},
+        "ttft_s": {q: s["ttft_s"][q] for q in REPLICA_PERCENTILES},
+        "tpot_s": {q: s["tpot_s"][q] for q in REPLICA_PERCENTILES},
     }

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.config.engine_support import engine_notes
 from sim.engine.logs.profile_info import engine_summary, profile_notes
 from sim.engine.logs.request_stats import RunRequests
 from sim.engine.logs.step_log import COLUMNS, StepLog, step_aggregates  # noqa: F401 (re-exported)
@@ -27,12 +28,24 @@ from sim.kv.base import KVAllocator
 from sim.request import RequestStatus
 from sim.model.dtypes import embedding_dtype
 
+#: The percentiles summary.json gives of TTFT, TPOT and E2E: key -> percentile (numpy's
+#: ``percentile``, linear between samples). ``p999`` is p99.9 (a dot would split the key's path).
+PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
+#: The keys of each latency's statistics, in summary.json's order.
+STAT_KEYS = ("mean", *PERCENTILES)
+
+
+def stat_label(key: str) -> str:
+    """How a statistic's key is shown: ``p999`` is ``p99.9``."""
+    return "p99.9" if key == "p999" else key
+
+
 def _stats(values) -> dict[str, float | None]:
     if not len(values):
-        return {"mean": None, "p50": None, "p90": None, "p99": None}
+        return dict.fromkeys(STAT_KEYS)
     a = np.asarray(values, dtype=float)
-    p50, p90, p99 = np.percentile(a, [50, 90, 99])
-    return {"mean": float(a.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+    qs = np.percentile(a, list(PERCENTILES.values()))
+    return {"mean": float(a.mean()), **{k: float(q) for k, q in zip(PERCENTILES, qs)}}
 
 
 def request_latencies(req) -> tuple[float | None, float | None, float | None]:
@@ -192,7 +205,7 @@ def summarize(result) -> dict:
             "token_eviction": str(alloc_cls.budget.policy),
         },
         "profile": engine_summary(result),
-        "notes": notes(alloc_cls) + profile_notes(result) + frontend_note(fe_share)
+        "notes": engine_notes(sc) + notes(alloc_cls) + profile_notes(result) + frontend_note(fe_share)
         + overload_note(sc, rr, span, int(agg["peak_waiting"]), ttft["p50"]) + stranded_note(rr),
         "requests": {
             "arrived": rr.n, "completed": rr.num_done, "rejected": rr.num_rejected,

@@ -47,6 +47,8 @@ def test_summary_has_todays_keys_a_cluster_block_and_replicas(cluster_run):
         assert set(rep) == {"replica", "requests", "peak_running", "kv_peak_used_fraction", "preemptions",
                             "busy_share", "prefix_cache_hit_rate", "ttft_s", "tpot_s"}
         assert 0 < rep["busy_share"] <= 1 and 0 < rep["kv_peak_used_fraction"] <= s["kv"]["peak_used_fraction"]
+        assert list(rep["ttft_s"]) == list(rep["tpot_s"]) == ["p50", "p95", "p99"]
+        assert rep["ttft_s"]["p50"] <= rep["ttft_s"]["p95"] <= rep["ttft_s"]["p99"]
 
 
 def test_requests_csv_gains_a_replica_column_and_steps_csv_leads_with_the_replica(cluster_run):
@@ -76,6 +78,9 @@ def test_report_has_a_per_replica_table_and_figure(cluster_run):
     table = html[html.index("<h2>Replicas</h2>"):].split("</table>")[0]
     assert table.count("<tr>") == 1 + 3
     assert "Replicas: KV use and load" in html
+    assert "<th>TTFT p50 / p95 / p99</th>" in table
+    p95 = s["replicas"][0]["ttft_s"]["p95"]
+    assert f"/ {p95 * 1e3:,.1f} ms /" in table
     assert html.count("Plotly.newPlot") == 3  # replicas, latency CDFs, request timeline
 
 
@@ -84,6 +89,7 @@ def test_terminal_table_prints_one_line_per_replica(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "cluster      3 replicas, router prefix-aware" in text
     assert [line.split()[1] for line in text.splitlines() if line.startswith("replica ")] == ["0", "1", "2"]
+    assert sum("ttft p50/p95/p99 " in line for line in text.splitlines()) == 3
 
 
 def _files(out):

@@ -37,6 +37,16 @@ def test_compare_prints_a_column_per_run_and_writes_html(two_runs, tmp_path, cap
     assert f"{waste[0]:.4g}" in html and f"{waste[1]:.4g}" in html
 
 
+def test_compare_lists_p95_and_p99_9_of_each_latency(two_runs, tmp_path, capsys):
+    assert main(["compare", *map(str, two_runs), "--out", str(tmp_path / "c.html")]) == 0
+    printed = capsys.readouterr().out
+    summaries = [json.loads((d / "summary.json").read_text()) for d in two_runs]
+    for label, key, q in (("TTFT p95 (s)", "ttft_s", "p95"), ("TPOT p99.9 (s)", "tpot_s", "p999"),
+                          ("E2E p95 (s)", "e2e_s", "p95"), ("E2E p99.9 (s)", "e2e_s", "p999")):
+        line = next(line for line in printed.splitlines() if label in line)
+        assert all(f"{s[key][q]:.4g}" in line for s in summaries), (label, line)
+
+
 def test_same_folder_names_are_labelled_by_path(two_runs, tmp_path, capsys):
     assert main(["compare", str(two_runs[0]), str(two_runs[0]) + "/", "--out",
                  str(tmp_path / "c.html"), "--quiet"]) == 0

@@ -74,3 +74,23 @@ def test_the_tiny_world_search_is_monotone_consistent(tiny_plan, write_plan):
         assert all(p["in_flight"] == 0 for p in probes)
     # a larger batch (max_num_seqs 16 against 4) sustains at least the same rate
     assert recs[1]["max_rate"] >= recs[0]["max_rate"]
+
+
+def test_a_p95_slo_is_judged_on_the_p95_summary_json_reports(tiny_plan, write_plan):
+    """``slo.percentile: 95`` reads the 95th percentile itself, the one summary.json now has."""
+    import copy
+
+    from sim.config.scenario import parse_scenario
+    from sim.engine.logs.metrics import summarize
+    from sim.engine.simulation import Simulation
+    from sim.plan.search import probe
+
+    tiny_plan["slo"]["percentile"] = 95
+    spec = load_plan(write_plan(tiny_plan))
+    c = spec.configs[1]
+    p = probe(c.data, c.source, 40.0, spec.slo)
+    d = copy.deepcopy(c.data)
+    d["workload"]["arrival"]["rate"] = 40.0
+    s = summarize(Simulation(parse_scenario(d, c.source)).run())
+    assert p["ttft_s"] == pytest.approx(s["ttft_s"]["p95"]) and p["tpot_s"] == pytest.approx(s["tpot_s"]["p95"])
+    assert s["ttft_s"]["p90"] < p["ttft_s"] < s["ttft_s"]["p99"]  # not p90's or p99's

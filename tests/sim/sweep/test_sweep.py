@@ -146,7 +146,7 @@ def test_results_csv_columns_follow_the_summary_generically(scenario):
         for i, p in enumerate(plan.points)}
     got = rows(results_csv(plan, records))
     assert list(got[0]) == ["point_id", "kv.block_size", "status", "error", "kv.new_counter",
-                            "kv.nested.deep", "notes"]  # no wall-clock column
+                            "kv.nested.deep", "notes", "identical_to", "identical_note"]  # no wall-clock column
     assert [r["kv.new_counter"] for r in got] == ["0", "1"] and got[0]["notes"] == '["a"]'
     assert flatten({"a": {"b": {"c": 1}}}) == {"a.b.c": 1}
 
