@@ -23,7 +23,7 @@ import subprocess
 from pathlib import Path
 
 from microbench.cases import input_bytes, make_fns, release_models
-from sim.errors import ConfigError
+from sim.errors import ConfigError, unlink_symlink
 from microbench.checks import (MEASURED_DIR, check_device, check_fitted, check_output, import_torch,
                               warn_absurd_fits)
 from microbench.interconnect_step import SUFFIX as IC_SUFFIX
@@ -155,6 +155,7 @@ class _Keeper:
 
     def __init__(self, path: Path, device: dict) -> None:
         self.path, self.records, self.failed = path, [], None
+        unlink_symlink(path)
         self.file = open(path, "w", encoding="utf-8")  # noqa: SIM115
         self._write({"record": "device", **device})
 
@@ -254,6 +255,7 @@ def calibrate(argv: list[str], *, device_arg: str, models: list[str] | None, qui
     header = (f"# kvsim calibration, schema 2, measured by microbench on {dev['gpu_name']}.\n"
               f"# Raw timings: {jsonl_path.name} (refit: microbench fit {jsonl_path.name} -o {yaml_path.name}).\n")
     try:
+        unlink_symlink(yaml_path)
         yaml_path.write_text(header + yaml.safe_dump(calibration_to_dict(cal), sort_keys=False, width=120))
     except OSError as exc:
         raise ConfigError("<cli>", "--out", f"cannot write {yaml_path}: {exc.strerror or exc} (the measurements "

@@ -16,7 +16,7 @@ import argparse
 import sys
 
 from microbench.checks import MEASURED_DIR, check_calibrate_flags, check_fitted, check_output, warn_absurd_fits
-from sim.errors import ConfigError, OneLineParser, cli_exit_code
+from sim.errors import ConfigError, OneLineParser, cli_exit_code, unlink_symlink
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -144,6 +144,7 @@ def _fit(args) -> int:
     if (line := describe_precision(cal.precision)) is not None:
         print("  " + line)
     try:
+        unlink_symlink(out)
         out.write_text(f"# kvsim calibration, schema 2, fitted by microbench fit from {Path(args.measurements).name}.\n"
                        + yaml.safe_dump(calibration_to_dict(cal), sort_keys=False, width=120))
     except OSError as exc:
@@ -186,6 +187,7 @@ def _import(args) -> int:
     print(f"  from the datasheet {base.name}: {cal.provenance['datasheet']}")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
+        unlink_symlink(out)
         out.write_text(f"# kvsim calibration, schema 2: {cal.gpu_name} kernels under {args.backend}, imported by "
                        f"microbench import aiconfigurator (provenance below).\n"
                        + yaml.safe_dump(calibration_to_dict(cal), sort_keys=False, width=120))

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from sim.errors import unlink_symlink
+
 KiB, MiB = 1 << 10, 1 << 20
 #: message sizes, from latency-bound (a decode step's all-reduce is a few KiB) to bandwidth-bound, doubling
 #: over 256 KiB-64 MiB where NCCL changes protocol (each count's all-reduce curve: sim/calib/allreduce_curve.py)
@@ -117,6 +119,7 @@ def _worker(rank: int, plan: Plan, port: int, out: str) -> None:
                 records += [t.case("sendrecv", 2, size, groups[2], rank) for size in plan.sizes]
             t.barrier(dist.group.WORLD)
         if rank == 0:
+            unlink_symlink(out)
             Path(out).write_text(json.dumps(records))
     finally:
         dist.destroy_process_group()

@@ -31,7 +31,7 @@ from scipy.optimize import nnls
 
 from sim.calib.allreduce_curve import AllReduceCurve
 from sim.calib.interconnect import CountNumbers, Interconnect
-from sim.errors import ConfigError
+from sim.errors import ConfigError, unlink_symlink
 
 KERNELS = ("allreduce", "allgather", "sendrecv")
 _BANDWIDTH = (1e6, 1e14)  # what sim/calib/interconnect.py accepts
@@ -201,6 +201,7 @@ def read_records(path: str | Path) -> tuple[list[dict], dict | None]:
 
 
 def write_records(path: str | Path, records: list[dict], device: dict | None) -> None:
+    unlink_symlink(path)
     with open(path, "w", encoding="utf-8") as f:
         if device is not None:
             f.write(json.dumps({"record": "device", **device}) + "\n")

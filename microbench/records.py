@@ -26,7 +26,7 @@ from pathlib import Path
 from microbench.peaks import PEAK_KERNELS
 from sim.calib.composition import FORWARD_FIELDS
 from sim.calib.precision import COMPUTE_MODES
-from sim.errors import ConfigError
+from sim.errors import ConfigError, unlink_symlink
 from sim.calib.kernel_models import KERNELS
 from sim.model.dtypes import DTYPE_BYTES
 
@@ -137,6 +137,7 @@ def read_jsonl(path: str | Path) -> tuple[list[Record], dict | None]:
 
 def write_jsonl(path: str | Path, records: list[Record], device: dict | None = None) -> None:
     """Write ``device`` (if any) then ``records``, one per line."""
+    unlink_symlink(path)
     with open(path, "w", encoding="utf-8") as f:
         if device is not None:
             f.write(json.dumps({"record": "device", **device}) + "\n")

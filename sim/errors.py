@@ -83,6 +83,15 @@ MAX_YAML_NODES = 1_000_000
 _MAX_PART = 300  # characters of one part of an error line (file, key) before "..."
 
 
+def unlink_symlink(path) -> None:
+    """Before writing a file at ``path``: a symlink there is removed, so the write makes a new
+    file at ``path`` and never goes through the link to wherever it points (as
+    sim.outputs.files.write_atomic replaces one)."""
+    path = os.fspath(path)
+    if os.path.islink(path):
+        os.unlink(path)
+
+
 def did_you_mean(word: str, choices) -> str:
     """`` (did you mean 'x'?)`` naming the closest of ``choices`` to ``word`` (up to three), or ""."""
     import difflib  # noqa: PLC0415

@@ -226,7 +226,7 @@ def load_scenario(path: str | Path, overrides: list[str] = ()) -> Scenario:
     elif not Path(path).exists() and not Path(path).is_symlink():
         names = available_scenarios()
         hint = f" (did you mean a shipped scenario? {', '.join(names)}: e.g. sim run {names[0]})" if names else ""
-        raise ConfigError(str(path), "<file>", f"no such file{hint}")
+        raise ConfigError(str(path), "<file>", f"file not found{hint}")
     data = read_yaml(path)
     if data is None:
         data = {}

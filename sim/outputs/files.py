@@ -271,6 +271,9 @@ def prepare_out_dir(out: Path, writes: Iterable[str], *, force: bool, flag: str 
     """
     out = Path(out)
     writes = set(writes)
+    if out.is_symlink() and not out.exists():
+        raise ConfigError(str(out), flag, f"is a symlink to {os.readlink(out)}, which does not exist; remove "
+                          "the link or choose another folder")
     if out.exists() and not out.is_dir():
         raise ConfigError(str(out), flag, "is an existing file; give a folder (a new one, or "
                           "one holding an earlier run with --force)")

@@ -75,7 +75,10 @@ def print_summary(s: dict, out_dir: Path, report: bool = True) -> None:
     ]
     if kv.get("prefix_cache_hit_rate") is not None:
         lines.append(f"prefix cache hit rate {kv['prefix_cache_hit_rate']:.1%}")
-    lines.append(f"wrote        {out_dir}/ (summary.json, requests.csv, steps.csv{', report.html' if report else ''})")
+    real = Path(out_dir).resolve()
+    via = f" (through the link {out_dir})" if Path(out_dir).is_symlink() else ""
+    lines.append(f"wrote        {real if via else out_dir}/ (summary.json, requests.csv, steps.csv"
+                 f"{', report.html' if report else ''}){via}")
     lines += [f"note         {n}" for n in s.get("notes", ())]
     lines += _replica_lines(s)
     for line in lines:

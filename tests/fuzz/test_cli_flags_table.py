@@ -151,3 +151,24 @@ def test_kv_takes_vllms_parallelism_flags(capsys) -> None:
     assert json.loads(capsys.readouterr().out) == short
     assert sim.cli.main.main(argv + ["-tp", "2"]) == 0
     assert json.loads(capsys.readouterr().out) != short
+
+
+def test_an_out_link_says_where_it_writes_and_a_dangling_one_is_refused(tmp_path, capsys) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    argv = ["run", SCENARIO, "--set", "workload.num_requests=10", "--no-report"]
+    assert sim.cli.main.main(argv + ["--out", str(tmp_path / "link")]) == 0
+    out = capsys.readouterr().out
+    assert f"{tmp_path / 'elsewhere'}/ (summary.json" in out and f"through the link {tmp_path / 'link'}" in out
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    assert sim.cli.main.main(argv + ["--out", str(tmp_path / "dangling")]) == 2
+    assert "is a symlink to" in _one_error_line(capsys, "--out") and not (tmp_path / "nowhere").exists()
+
+
+def test_microbench_fit_replaces_a_link_at_its_output_instead_of_writing_through_it(tmp_path, capsys) -> None:
+    target = tmp_path / "theirs.yaml"
+    target.write_text("someone else's file\n")
+    (tmp_path / "cal.yaml").symlink_to(target)
+    assert microbench.cli.main(["fit", "calibrations/cpu-epyc-2core.jsonl", "-o", str(tmp_path / "cal.yaml")]) == 0
+    assert target.read_text() == "someone else's file\n"
+    assert not (tmp_path / "cal.yaml").is_symlink() and "schema: 2" in (tmp_path / "cal.yaml").read_text()
