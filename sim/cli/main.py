@@ -52,6 +52,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_footprint(sc, quiet: bool) -> None:
+    """Refuse a run past this machine's memory; say so when it takes most of it (footprint.py)."""
+    from sim.engine.footprint import check_footprint
+    from sim.engine.parts import build_plan
+
+    _, _, plan = build_plan(sc)
+    warning = check_footprint(sc, plan.num_gpu_blocks)
+    if warning and not quiet:
+        print(warning, file=sys.stderr)
+
+
 def _run(args) -> int:
     from sim.engine.simulation import Simulation
     from sim.engine.logs.metrics import summarize
@@ -71,6 +82,7 @@ def _run(args) -> int:
         raise ConfigError(sc.source_path, key, "--schedule records one engine's steps: set it to 1 "
                           "(one replica of one pipeline stage) to write schedule.jsonl")
     stale = prepare_out_dir(out_dir, writes, force=args.force)  # before minutes of simulation
+    _check_footprint(sc, args.quiet)
     if pipeline:
         from sim.engine.pipeline.simulation import PipelineSimulation
         from sim.engine.pipeline.summary import summarize_pipeline as summarize_cluster
