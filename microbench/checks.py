@@ -17,6 +17,10 @@ from sim.errors import ConfigError
 
 DEVICE_RE = re.compile(r"(cpu|cuda)(:\d+)?")
 ABSURD_CV_MAPE = 0.5  # a cross-validated error above this: the timings are noise, not a kernel's cost
+#: The most memory bandwidth a fitted kernel may claim, bytes/s: a CPU socket's DRAM reaches a few
+#: hundred GB/s (its caches more, on a few cores far less than this); the fastest GPU memory, B300's
+#: HBM3e, 8 TB/s. A fit past it has timed something else (caches on tiny shapes, a skipped kernel).
+MAX_FITTED_BANDWIDTH = {"cpu": 2e12, "gpu": 1.2e13}
 MEASURED_DIR = "calibrations-measured"  # calibrate's default output folder (not the tracked calibrations/)
 
 
@@ -91,8 +95,27 @@ def absurd_fits(cal) -> list[tuple[str, float]]:
     return [(k, e) for k, e in errors if e is not None and e > ABSURD_CV_MAPE]
 
 
+def unphysical_fits(cal) -> list[tuple[str, float]]:
+    """(kernel, fitted bandwidth) of the fits claiming more memory bandwidth than the device can have."""
+    kind = "cpu" if str(cal.gpu_name).upper().startswith("CPU") else "gpu"
+    out = []
+    for name, fit in cal.kernels.items():
+        if name == "step":  # its form's "bandwidth" prices the step's own bytes, not a memory's rate
+            continue
+        bw = (fit.params if hasattr(fit, "params") else {}).get("bandwidth_bytes_per_s")
+        if bw is not None and bw > MAX_FITTED_BANDWIDTH[kind]:
+            out.append((name, float(bw)))
+    return out
+
+
 def warn_absurd_fits(cal, written: Path, *, stream=None) -> list[tuple[str, float]]:
-    """Print a loud warning on stderr naming the absurd fits; returns them."""
+    """Print a loud warning on stderr naming the absurd fits (noise, or outside physics); returns them."""
+    for name, bw in unphysical_fits(cal):
+        print(f"WARNING: the {name} fit claims {bw / 1e12:.1f} TB/s of memory bandwidth, more than a "
+              f"{'CPU' if str(cal.gpu_name).upper().startswith('CPU') else 'GPU'} has: its timings measured "
+              f"something else (caches on small shapes, a kernel that did not run); {written} was written "
+              "anyway, but do not trust it: re-run microbench calibrate without --quick, on a quiet machine.",
+              file=stream or sys.stderr)
     bad = absurd_fits(cal)
     if bad:
         names = ", ".join(f"{k} {e:.0%}" for k, e in bad)

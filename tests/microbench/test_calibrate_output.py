@@ -100,3 +100,23 @@ def test_absurd_fits_warn_loudly_and_still_write(in_tmp, monkeypatch, capsys) ->
     assert main(["fit", "noisy.jsonl", "-o", "refit.yaml"]) == 0
     assert "WARNING: 1 fit(s) with an absurd cross-validated error" in capsys.readouterr().err
     assert (in_tmp / "refit.yaml").is_file()
+
+
+def test_a_fit_claiming_more_bandwidth_than_the_device_has_is_flagged(capsys) -> None:
+    """A CPU fit at 3.7 TB/s (what a --quick run on a 2-core VM once wrote) is outside physics."""
+    import dataclasses
+
+    from microbench.checks import unphysical_fits, warn_absurd_fits
+    from sim.calib.calibration import load_calibration
+
+    cal = load_calibration("cpu-epyc-2core")
+    assert unphysical_fits(cal) == []  # the shipped one, measured with --threads 1: 18 GB/s at most
+    gemm = cal.kernels["gemm"]
+    fast = dataclasses.replace(gemm, params={**gemm.params, "bandwidth_bytes_per_s": 3.7e12})
+    bad = dataclasses.replace(cal, kernels={**cal.kernels, "gemm": fast})
+    assert unphysical_fits(bad) == [("gemm", 3.7e12)]
+    warn_absurd_fits(bad, Path("x.yaml"))
+    err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("WARNING: the ")]
+    assert len(err) == 1 and "the gemm fit claims 3.7 TB/s of memory bandwidth, more than a CPU has" in err[0]
+    gpu = dataclasses.replace(bad, gpu_name="NVIDIA H100 80GB HBM3")
+    assert unphysical_fits(gpu) == []  # 3.7 TB/s is a GPU's
