@@ -197,10 +197,8 @@ class SchedulerBase(TierLoads):
             keep_free, future = self._admission_keep_free(req, req.num_computed_tokens + cached + n, reserved)
             if not alloc.allocate_slots(req, n, cached, keep_free_slots=keep_free,
                                         full_tokens=min(req.num_tokens, self.max_model_len) if full else 0):
-                if self.loaded and req.request_id in self.loaded and (not self.running or self.reject_when_full):
-                    self._drop_load(req)  # it would wait for itself: its loaded blocks stay cached
-                    if not self.running:
-                        continue
+                if self.loaded and self._drop_loads(req):  # loaded blocks in the way (sim/sched/tier.py)
+                    continue
                 if self.reject_when_full:
                     self.waiting.popleft()
                     self._reject(req, "kv_cache_full")

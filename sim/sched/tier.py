@@ -19,7 +19,7 @@ class TierLoads:
     def _init_tier(self, allocator) -> None:
         self.tier = getattr(allocator, "tier", None)  # None: no tier (every method here idle)
         self.loading: dict[int, Request] = {}  # request_id -> request whose blocks are loading
-        self.loaded: dict[int, int] = {}  # request_id -> tokens it loaded (until admitted)
+        self.loaded: dict[int, int] = {}  # request_id -> tokens cached or loaded (until admitted)
 
     def _try_load(self, req: Request, cached: int, out: SchedulerOutput, reserved: int):
         """With a CPU tier: start loading the blocks after ``req``'s ``cached`` GPU hits that the
@@ -37,7 +37,7 @@ class TierLoads:
         self.tier.count_lookup(looked, hits)
         self.waiting.popleft()
         self.loading[req.request_id] = req
-        self.loaded[req.request_id] = hits * alloc.block_size
+        self.loaded[req.request_id] = tokens  # its GPU hits and the loaded blocks
         out.tier_loads.append((req, hits))
         return True
 
@@ -48,9 +48,22 @@ class TierLoads:
         req.num_computed_tokens = self.allocator.end_load(req)
         self.waiting.appendleft(req)
 
+    def _drop_loads(self, head: Request) -> bool:
+        """``head`` does not fit. With nothing running, the loaded requests waiting (``head``
+        among them or not) may hold the very blocks it needs and nothing else would free
+        them: each lets its blocks go, cached on the GPU (a later lookup finds them there),
+        and starts over as a fresh request; True if any did (try again). A loaded ``head``
+        about to be rejected lets its blocks go too (False: the rejection goes on)."""
+        if not self.running:
+            dropped = [r for r in self.waiting if r.request_id in self.loaded and r.request_id not in self.loading]
+            for req in dropped:
+                self._drop_load(req)
+            return bool(dropped)
+        if self.reject_when_full and head.request_id in self.loaded:
+            self._drop_load(head)
+        return False
+
     def _drop_load(self, req: Request) -> None:
-        """A loaded ``req`` whose prefill does not fit with nothing running (or that is about to
-        be rejected) lets its blocks go, cached on the GPU, and starts over as a fresh request."""
         del self.loaded[req.request_id]
         self.allocator.free(req)
         req.num_computed_tokens = 0
