@@ -159,7 +159,7 @@ def summarize(result) -> dict:
     alloc_busy = float(agg["alloc"])
     alloc_cls = result.allocator
     cache = alloc_cls.prefix_cache_stats()
-    tier = tier_summary(sc, alloc_cls)  # None without kv.offload: no section
+    tier = tier_summary(sc, alloc_cls, span)  # None without kv.offload: no section
     return {
         "scenario": sc.name,
         "model": sc.model,

@@ -7,7 +7,8 @@ run's own ``ttft_s`` (run the scenario with ``--set kv.offload=null`` for the ba
 from __future__ import annotations
 
 
-def tier_summary(sc, allocator) -> dict | None:
+def tier_summary(sc, allocator, span_s: float) -> dict | None:
+    """``span_s``: the run's simulated seconds (the link's busy shares are of it)."""
     tier = getattr(allocator, "tier", None)
     if tier is None:
         return None
@@ -29,6 +30,8 @@ def tier_summary(sc, allocator) -> dict | None:
         "store_link_busy_s": tier.store_busy_s,  # device -> host, asynchronous
         "load_link_busy_s": tier.load_busy_s,  # host -> device, on the host link with swaps
         "link_busy_s": tier.store_busy_s + tier.load_busy_s,
+        # near 1: that direction of the link would be saturated (stores are not queued: #43's notes)
+        "store_link_busy_fraction": tier.store_busy_s / span_s, "load_link_busy_fraction": tier.load_busy_s / span_s,
         "resident_blocks_end": tier.num_resident, "peak_resident_blocks": tier.peak_resident,
         "host_memory_peak_bytes": tier.peak_resident * spec.block_bytes,
     }
