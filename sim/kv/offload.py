@@ -126,6 +126,11 @@ class HostTier:
         for h in hashes:
             self._pins[h] = self._pins.get(h, 0) + 1
 
+    def loading_any(self, hashes: list[int]) -> bool:
+        """Whether a load in flight reads any of ``hashes``."""
+        pins = self._pins
+        return bool(pins) and any(h in pins for h in hashes)
+
     def unpin(self, hashes: list[int]) -> None:
         pins = self._pins
         for h in hashes:
@@ -200,6 +205,12 @@ class OffloadPagedAllocator(PagedAllocator):
         if start >= max_blocks:
             return 0, 0
         return max_blocks - start, self.tier.lookup(req.block_hashes[start:max_blocks])
+
+    def hits_loading(self, req: Request, cached_tokens: int, num_blocks: int) -> bool:
+        """Whether another request's load in flight is bringing any of the ``num_blocks`` tier
+        hits after ``req``'s GPU hits to the GPU (vLLM's connector then defers the request)."""
+        start = cached_tokens // self.block_size
+        return self.tier.loading_any(req.block_hashes[start:start + num_blocks])
 
     def begin_load(self, req: Request, cached_tokens: int, num_blocks: int, keep_free_slots: int = 0) -> bool:
         """Take ``req``'s GPU hits and ``num_blocks`` fresh blocks for the tier's (pinned until

@@ -24,12 +24,14 @@ class TierLoads:
     def _try_load(self, req: Request, cached: int, out: SchedulerOutput, reserved: int):
         """With a CPU tier: start loading the blocks after ``req``'s ``cached`` GPU hits that the
         tier holds (True: ``req`` left ``waiting`` for ``loading``; False: they do not fit now,
-        admission stops as for any request that does not fit); else (blocks looked up, hits)
-        (0, 0) for the caller to count once ``req`` is admitted."""
+        or another request's load is bringing them: admission stops as for any request that
+        does not fit); else (blocks looked up, 0) for the caller to count once ``req`` is admitted."""
         alloc = self.allocator
         looked, hits = alloc.lookup_tier(req, cached)
         if not hits:
             return looked, 0
+        if alloc.hits_loading(req, cached, hits):
+            return False  # another request is loading them: wait for it, then hit them on the GPU
         tokens = cached + hits * alloc.block_size
         keep_free, _ = self._admission_keep_free(req, tokens, reserved)
         if not alloc.begin_load(req, cached, hits, keep_free):
