@@ -126,3 +126,13 @@ def test_every_block_accounted_after_every_step(scenario_dict, simulate, assert_
     assert not result.scheduler.loading and not result.scheduler.loaded
     assert result.allocator.tier._pins == {}
     assert not math.isnan(summary["kv_offload"]["hit_rate"])
+
+
+def test_macro_steps_are_off_with_a_tier(scenario_dict) -> None:
+    """Macro-steps advance decode stretches without the scheduler; a tier's loads finish at any
+    time, so runs with one step one at a time (and without one, macro-steps stay on)."""
+    from sim.engine.macro.run import DecodeRun
+
+    on = Simulation(parse_scenario(chat(scenario_dict, CPU), "/tmp/kvsim-test/on.yaml"))
+    off = Simulation(parse_scenario(chat(scenario_dict), "/tmp/kvsim-test/off.yaml"))
+    assert not DecodeRun(on).enabled and DecodeRun(off).enabled
