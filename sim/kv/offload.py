@@ -169,6 +169,10 @@ class OffloadBlockPool(BlockPool):
         super().touch(block)
         self.hit[block] = 1
 
+    def drop_hash(self, block: int) -> None:
+        super().drop_hash(block)
+        self.hit[block] = 0  # its content is never findable: a later hash starts unhit
+
     def _evict(self, blocks: list[int], hashes: list) -> None:
         super()._evict(blocks, hashes)
         hit, get = self.hit, self._cached.get
