@@ -26,6 +26,8 @@ def _check(sc) -> None:
                           "engine's KV cache is block-based); use 'paged'")
     if sc.kv.token_eviction.policy != "none":
         raise ConfigError(src, "kv.token_eviction.policy", "sim validate does not run token-level eviction; use 'none'")
+    if sc.kv.offload is not None:
+        raise ConfigError(src, "kv.offload", "sim validate does not move blocks to a CPU tier yet (#43); remove kv.offload")
     if sc.engine.weight_dtype not in ("fp16", "bf16"):
         raise ConfigError(src, "engine.weight_dtype", "sim validate runs fp16 or bf16 weights")
 

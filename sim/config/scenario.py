@@ -64,12 +64,28 @@ def _cross_checks(sc: Scenario) -> list[tuple[str, str]]:
             f"{wl.shared_prefix.prefix_tokens} must be below engine.max_model_len {mml}",
         ))
     problems.extend(_size_checks(sc))
+    problems.extend(_offload_checks(sc))
     for key, dist in (("prompt_tokens", wl.prompt_tokens), ("output_tokens", wl.output_tokens)):
         if isinstance(dist, EmpiricalLength) and not sc.resolve(dist.path).is_file():
             problems.append((f"workload.{key}.path", f"file not found (or not a regular file): {dist.path}"))
     if wl.trace is not None and not sc.resolve(wl.trace.path).is_file():
         problems.append(("workload.trace.path", f"file not found (or not a regular file): {wl.trace.path}"))
     return problems
+
+
+def _offload_checks(sc: Scenario) -> list[tuple[str, str]]:
+    """``kv.offload`` runs on one single-stage engine with prefix caching, continuous batching."""
+    if sc.kv.offload is None:
+        return []
+    if not sc.kv.prefix_caching:
+        return [("kv.offload", "needs kv.prefix_caching: true (the tier is looked up by the prefix cache's "
+                 "block hashes)")]
+    if sc.scheduler.policy == BatchingPolicy.STATIC:
+        return [("kv.offload", "needs scheduler.policy 'continuous' or 'chunked-prefill' (not 'static')")]
+    if sc.cluster.num_replicas > 1 or sc.engine.pipeline_parallel_size > 1:
+        return [("kv.offload", "runs on one engine only so far: set cluster.num_replicas: 1 and "
+                 "engine.pipeline_parallel_size: 1")]
+    return []
 
 
 def _size_checks(sc: Scenario) -> list[tuple[str, str]]:

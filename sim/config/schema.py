@@ -15,6 +15,7 @@ from sim.config.arrival_schema import (  # noqa: F401 (re-exported)
     ArrivalProcess, ClosedArrival, ConstantArrival, GammaArrival, OfflineArrival, PoissonArrival)
 from sim.config.cluster_schema import ClusterConfig
 from sim.config.limits import FrozenModel as _Frozen, nonneg_float, nonneg_int, pos_float, pos_int
+from sim.config.offload_schema import OffloadConfig
 from sim.config.paths import resolve_in
 from sim.config.profile_schema import PipelineMode, ProfileChoice, ProfileOverrides, apply_profile_defaults
 from sim.cost.profile import DEFAULT_PROFILE, Entrypoint
@@ -28,11 +29,9 @@ from sim.sched.victim import VictimPolicy
 
 __all__ = [  # the policy choices are defined next to their policies and re-exported
     "AllocatorKind", "ArrivalProcess", "BatchingPolicy", "ClosedArrival", "ComputeDtypeName", "ConstantArrival",
-    "Conversation",
-    "DtypeName", "EmpiricalLength", "EngineConfig", "FixedLength", "GammaArrival", "KVConfig",
-    "LengthDist", "LogNormalLength", "OfflineArrival", "ProfileOverrides", "PoissonArrival", "PosFloat", "PosInt",
-    "PreemptionMode",
-    "PrefixEviction", "SLO", "Scenario", "SchedulerConfig", "SharedPrefix", "TokenBudget",
+    "Conversation", "DtypeName", "EmpiricalLength", "EngineConfig", "FixedLength", "GammaArrival", "KVConfig",
+    "LengthDist", "LogNormalLength", "OfflineArrival", "OffloadConfig", "ProfileOverrides", "PoissonArrival",
+    "PosFloat", "PosInt", "PreemptionMode", "PrefixEviction", "SLO", "Scenario", "SchedulerConfig", "SharedPrefix", "TokenBudget",
     "TokenEviction", "TokenEvictionConfig", "TraceReplay", "UniformLength", "VictimPolicy",
     "WhenKVFull", "Workload", "ZipfLength",
 ]
@@ -251,6 +250,7 @@ class KVConfig(_Frozen):
     token_eviction: TokenEvictionConfig = TokenEvictionConfig()
     swap_space_gb: nonneg_float("kv.swap_space_gb") = 4.0
     swap_transfer: _choice(SwapTransfer) = SwapTransfer.PER_BLOCK
+    offload: OffloadConfig | None = None  # a CPU tier (sim/config/offload_schema.py)
 
     @model_validator(mode="after")
     def _caching_needs_paged(self):

@@ -16,11 +16,13 @@ import numpy as np
 from sim.calib.calibration import load_calibration
 from sim.calib.interconnect import require_interconnect, require_p2p
 from sim.cost.base import CostModel
+from sim.cost.datasheet import PCIE_COPY_LATENCY_S
 from sim.cost.pipeline import build_engine_cost
 from sim.cost.profile import PROFILES, EngineProfile, ProfileName
 from sim.cost.profile_setup import engine_profile
 from sim.errors import ConfigError
 from sim.kv import AllocatorKind, make_allocator
+from sim.kv.offload import HostTier, OffloadPagedAllocator, TierSpec
 from sim.kv.swap import SwapSpace
 from sim.kv.token_budget import TokenBudget, TokenEviction
 from sim.model.dtypes import DTYPE_BYTES, embedding_dtype
@@ -168,23 +170,41 @@ def build_parts(sc: Scenario) -> EngineParts:
         attention_data_parallel=sc.engine.attention_data_parallel,
         tensor_parallel_size=sc.engine.tensor_parallel_size)
     budget = token_budget(sc, model)
-    allocator, swap, preemptor, scheduler = engine_state(sc, model, plan, budget, profile)
+    allocator, swap, preemptor, scheduler = engine_state(sc, model, plan, budget, profile, cal)
     sessions = build_workload(sc, np.random.default_rng(sc.seed))
     return EngineParts(sc, model, cal, plan, cost, budget, allocator, swap, preemptor,
                        scheduler, sessions, profile)
 
 
+def host_tier(sc: Scenario, model: ModelSpec, plan: MemoryPlan, cal) -> HostTier:
+    """The CPU tier of ``kv.offload``: its size in blocks, the host link of the calibration
+    (``pcie_bandwidth_bytes_per_s``) unless the scenario names one, and a transfer's fixed
+    cost: one copy per layer, K and V, as a gathered swap pays (sim/kv/swap.py)."""
+    off = sc.kv.offload
+    bandwidth = off.bandwidth_gb_per_s * 1e9 if off.bandwidth_gb_per_s is not None else cal.pcie_bandwidth_bytes_per_s
+    copies = model.num_layers * (1 if model.is_mla else 2)
+    latency = off.latency_s if off.latency_s is not None else copies * PCIE_COPY_LATENCY_S
+    return HostTier(TierSpec(off.capacity_blocks(plan.block_size, plan.bytes_per_block), plan.bytes_per_block,
+                             bandwidth, latency, store_reused_only=off.store == "reused"))
+
+
 def engine_state(sc: Scenario, model: ModelSpec, plan: MemoryPlan, budget: TokenBudget,
-                 profile: EngineProfile) -> tuple:
-    """One engine's fresh state: (allocator, swap space, preemptor, scheduler)."""
+                 profile: EngineProfile, cal=None) -> tuple:
+    """One engine's fresh state: (allocator, swap space, preemptor, scheduler); with
+    ``kv.offload``, the allocator keeps a CPU tier (sim/kv/offload.py; ``cal``'s host link)."""
     rules = profile.rules  # the engine's own scheduling decisions (sim/cost/profile.py)
     paged = sc.kv.allocator == AllocatorKind.PAGED
     # vLLM V1's block pool keeps one block as its null block: num_gpu_blocks - 1 are usable.
     num_blocks = plan.num_gpu_blocks - 1 if rules.null_block and paged else plan.num_gpu_blocks
-    allocator = make_allocator(
-        sc.kv.allocator, num_blocks=num_blocks, block_size=sc.kv.block_size,
-        max_kv_tokens=plan.max_kv_tokens_per_seq, prefix_caching=sc.kv.prefix_caching,
-        eviction=sc.kv.prefix_cache_eviction, budget=budget, unhashed_first=rules.unhashed_blocks_first)
+    if sc.kv.offload is not None:
+        allocator = OffloadPagedAllocator(
+            num_blocks, sc.kv.block_size, host_tier(sc, model, plan, cal), sc.kv.prefix_cache_eviction,
+            budget, rules.unhashed_blocks_first)
+    else:
+        allocator = make_allocator(
+            sc.kv.allocator, num_blocks=num_blocks, block_size=sc.kv.block_size,
+            max_kv_tokens=plan.max_kv_tokens_per_seq, prefix_caching=sc.kv.prefix_caching,
+            eviction=sc.kv.prefix_cache_eviction, budget=budget, unhashed_first=rules.unhashed_blocks_first)
     swap = SwapSpace(int(sc.kv.swap_space_gb * 2**30))
     preemptor = Preemptor(sc.scheduler.preemption, allocator, swap,
                           bytes_per_slot=plan.bytes_per_block / plan.block_size,

@@ -174,6 +174,8 @@ class Simulation:
                         self.progress(env.now, len(sched.finished) + len(sched.rejected), len(self.requests))
                     continue
             step = core.begin()
+            if step.out.tier_loads:
+                self._start_loads(step.out.tier_loads)
             for wait in step.waits:
                 if wait.kind is compute:
                     if self._stages is None:
@@ -225,6 +227,20 @@ class Simulation:
         with self.link.request() as slot:  # swaps hold the host link: they serialize
             yield slot
             yield self.env.timeout(seconds)
+
+    def _start_loads(self, loads: list) -> None:
+        """A CPU tier's loads (sim/sched/tier.py): each runs on the host link (after the swaps
+        and loads queued there, asynchronously to the engine's steps); its request is
+        schedulable once it is done."""
+        tier = self.allocator.tier
+        for req, num_blocks in loads:
+            self.env.process(self._load(req, tier.count_load(num_blocks)))
+
+    def _load(self, req: Request, seconds: float):
+        yield from self._transfer(seconds)
+        self.scheduler.finish_load(req)
+        if not self._wakeup.triggered:
+            self._wakeup.succeed()
 
     def done_s(self) -> float:
         """When the run's last work ended: the engine's last step or, where a front end streams

@@ -76,7 +76,7 @@ def _shown(v) -> str:
 
 def _summary_html(summary: dict, scenario_yaml: str) -> str:
     rows = []
-    for section in ("requests", "throughput", "kv", "preemptions", "engine", "cluster"):
+    for section in ("requests", "throughput", "kv", "kv_offload", "preemptions", "engine", "cluster"):
         for k, v in summary.get(section, {}).items():
             shown = f"{v:.4g}" if isinstance(v, float) else html.escape(json.dumps(v))
             rows.append(f"<tr><td>{section}.{k}</td><td>{shown}</td></tr>")

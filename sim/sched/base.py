@@ -17,10 +17,11 @@ from collections import deque
 from sim.request import Request, RequestStatus
 from sim.sched.output import SchedulerOutput
 from sim.sched.preemption import Preemptor
+from sim.sched.tier import TierLoads
 from sim.sched.victim import RemainingOutputModel, VictimPolicy, pick_victim
 
 
-class SchedulerBase:
+class SchedulerBase(TierLoads):
     def __init__(self, allocator, preemptor: Preemptor, *, max_num_seqs: int,
                  max_num_batched_tokens: int, max_model_len: int, reject_when_full: bool,
                  victim_policy: VictimPolicy = VictimPolicy.LIFO,
@@ -63,6 +64,7 @@ class SchedulerBase:
         self.rejected: list[Request] = []
         self._admit_counter = 0
         self.sampled: list[Request] = []  # of the last update_from_output
+        self._init_tier(allocator)  # a CPU tier behind the prefix cache (sim/sched/tier.py)
 
     # -- queues ---------------------------------------------------------------------------
 
@@ -178,6 +180,13 @@ class SchedulerBase:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             cached = alloc.lookup_prefix(req) if req.num_computed_tokens == 0 else 0
+            looked = None
+            if self.tier is not None and req.num_computed_tokens == 0:
+                looked = self._try_load(req, cached, out, reserved)
+                if looked is True:
+                    continue
+                if looked is False:
+                    break
             n = req.num_tokens - req.num_computed_tokens - cached
             if 0 < cap < n:
                 n = cap
@@ -188,6 +197,8 @@ class SchedulerBase:
             keep_free, future = self._admission_keep_free(req, req.num_computed_tokens + cached + n, reserved)
             if not alloc.allocate_slots(req, n, cached, keep_free_slots=keep_free,
                                         full_tokens=min(req.num_tokens, self.max_model_len) if full else 0):
+                if self.loaded and self._drop_loads(req):  # loaded blocks in the way (sim/sched/tier.py)
+                    continue
                 if self.reject_when_full:
                     self.waiting.popleft()
                     self._reject(req, "kv_cache_full")
@@ -195,8 +206,11 @@ class SchedulerBase:
                     continue
                 break
             self.waiting.popleft()
+            if looked is not None:
+                self.tier.count_lookup(*looked)
+            loaded = self.loaded.pop(req.request_id, 0) if self.loaded else 0  # its tier hits (sim/sched/tier.py)
             if req.admitted_s is None:
-                req.num_cached_tokens = cached
+                req.num_cached_tokens = cached + loaded
             req.num_computed_tokens += cached
             self._mark_admitted(req)
             out.admitted.append((req, cached))

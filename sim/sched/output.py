@@ -46,6 +46,8 @@ class SchedulerOutput:
     # finished requests whose seats and blocks this schedule freed at its end (async
     # scheduling's lag, sim/sched/base.py ``finish_lag``): a step that ran nothing may retry
     num_released: int = 0
+    #: a CPU tier's loads started this step (sim/kv/offload.py): (request, blocks), each run on the host link
+    tier_loads: list[tuple[Request, int]] = field(default_factory=list)
     # Block ids each swapped-out request held (a real engine copies them out first).
     swapped_out_blocks: dict[int, list[int]] = field(default_factory=dict)
     # Token-level KV eviction bounds what attention reads (kept tokens only).

@@ -23,6 +23,7 @@ import numpy as np
 from sim.config.engine_support import engine_notes
 from sim.engine.logs.profile_info import engine_summary, profile_notes
 from sim.engine.logs.request_stats import RunRequests
+from sim.engine.logs.tier_summary import tier_summary
 from sim.engine.logs.step_log import COLUMNS, StepLog, step_aggregates  # noqa: F401 (re-exported)
 from sim.kv.base import KVAllocator
 from sim.request import RequestStatus
@@ -189,6 +190,7 @@ def summarize(result) -> dict:
     alloc_busy = float(agg["alloc"])
     alloc_cls = result.allocator
     cache = alloc_cls.prefix_cache_stats()
+    tier = tier_summary(sc, alloc_cls, span)  # None without kv.offload: no section
     return {
         "scenario": sc.name,
         "model": sc.model,
@@ -244,6 +246,7 @@ def summarize(result) -> dict:
             "max_kv_tokens_per_request": plan.max_kv_tokens_per_seq,
             "tokens_evicted": _tokens_evicted(rr, alloc_cls),
         },
+        **({"kv_offload": tier} if tier is not None else {}),
         "memory": memory_summary(sc, plan),
         "preemptions": preemption_counters(result),
         "engine": {

@@ -1,0 +1,93 @@
+"""``kv.offload`` on the command line (#43): bad values exit 2 with one line naming the key and
+what is allowed; the shipped scenario runs end to end with its HTML report; ``sim sweep``
+varies the tier's size."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import yaml
+
+from sim.cli.main import main
+
+GOOD = {
+    "name": "offload-input",
+    "model": "tiny-llama",
+    "gpu": "a100-80gb",
+    "engine": {"profile": "eager", "max_model_len": 256, "num_gpu_blocks_override": 64},
+    "kv": {"allocator": "paged", "block_size": 16, "prefix_caching": True,
+           "offload": {"tier": "cpu", "capacity_gb": 1}},
+    "workload": {"num_requests": 2, "arrival": {"type": "constant", "rate": 10.0},
+                 "prompt_tokens": {"type": "fixed", "value": 20},
+                 "output_tokens": {"type": "fixed", "value": 5}},
+}
+
+
+def run_with(tmp_path, capsys, kv: dict | None = None, offload: dict | None = None, **top):
+    data = json.loads(json.dumps(GOOD))
+    data["kv"].update(kv or {})
+    if offload is not None:
+        data["kv"]["offload"] = offload
+    data.update(top)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    rc = main(["run", str(path), "--no-report", "--quiet", "--out", str(tmp_path / "out")])
+    return rc, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("offload", "key", "says"), [
+    ({"tier": "disk", "capacity_gb": 1}, "kv.offload.tier", "'cpu'"),
+    ({"tier": "cpu"}, "kv.offload", "exactly one of capacity_gb"),
+    ({"tier": "cpu", "capacity_gb": 1, "capacity_tokens": 100}, "kv.offload", "exactly one of capacity_gb"),
+    ({"tier": "cpu", "capacity_gb": 0}, "kv.offload.capacity_gb", "greater than 0"),
+    ({"tier": "cpu", "capacity_gb": "lots"}, "kv.offload.capacity_gb", ""),
+    ({"tier": "cpu", "capacity_tokens": 2.5}, "kv.offload.capacity_tokens", ""),
+    ({"tier": "cpu", "capacity_gb": 1, "store": "always"}, "kv.offload.store", "'evicted' or 'reused'"),
+    ({"tier": "cpu", "capacity_gb": 1, "eviction": "lfu"}, "kv.offload.eviction", "'lru'"),
+    ({"tier": "cpu", "capacity_gb": 1, "bandwidth_gb_per_s": -3}, "kv.offload.bandwidth_gb_per_s", "greater than 0"),
+    ({"tier": "cpu", "capacity_gb": 1, "latency_s": 5}, "kv.offload.latency_s", ""),
+    ({"tier": "cpu", "capacity_gb": 1, "size": 3}, "kv.offload.size", "allowed keys"),
+    ({"tier": "cpu", "capacity_gb": 1e9}, "kv.offload.capacity_gb", ""),
+    ("big", "kv.offload", ""),
+])
+def test_bad_offload_values_exit_2_with_one_line(tmp_path, capsys, offload, key, says) -> None:
+    rc, err = run_with(tmp_path, capsys, offload=offload)
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err
+    assert lines[0].startswith(f"error: {tmp_path / 's.yaml'}: {key}: ")
+    assert says in lines[0]
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ({"kv": {"prefix_caching": False}}, "needs kv.prefix_caching: true"),
+    ({"scheduler": {"policy": "static"}}, "not 'static'"),
+    ({"cluster": {"num_replicas": 2}}, "one engine only"),
+])
+def test_offload_needs_prefix_caching_and_one_engine(tmp_path, capsys, change, says) -> None:
+    rc, err = run_with(tmp_path, capsys, kv=change.pop("kv", None), **change)
+    assert rc == 2
+    assert err.strip().splitlines() == [err.strip()] and ": kv.offload: " in err and says in err
+
+
+def test_shipped_scenario_runs_with_its_report(scenarios_dir, tmp_path) -> None:
+    out = tmp_path / "run"
+    assert main(["run", str(scenarios_dir / "multiturn-offload.yaml"), "--quiet", "--out", str(out)]) == 0
+    assert "kv_offload.hit_tokens" in (out / "report.html").read_text()
+    summary = json.loads((out / "summary.json").read_text())
+    tier = summary["kv_offload"]
+    assert tier["hit_tokens"] > 0 and tier["bytes_loaded"] > 0 and tier["hit_rate"] > 0.5
+    assert summary["requests"]["completed"] == summary["requests"]["arrived"]
+
+
+def test_sweep_varies_the_tier_size(scenarios_dir, tmp_path) -> None:
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(scenarios_dir / "multiturn-offload.yaml"), "--grid", "kv.offload.capacity_gb=1,32",
+                 "--workers", "1", "--quiet", "--out", str(out)]) == 0
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    by_size = {r["kv.offload.capacity_gb"]: r for r in rows}
+    assert int(by_size["1"]["kv_offload.capacity_blocks"]) < int(by_size["32"]["kv_offload.capacity_blocks"])
+    assert float(by_size["1"]["kv_offload.hit_tokens"]) < float(by_size["32"]["kv_offload.hit_tokens"])
