@@ -16,7 +16,7 @@ from sim.errors import OneLineParser, cli_exit_code
 
 def _add_run_parser(sub) -> None:
     p = sub.add_parser("run", help="simulate a scenario and write summary, CSVs and a report")
-    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("scenario", help="scenario YAML file, or a shipped scenario by name (sim scenarios lists them)")
     p.add_argument("--out", default=None, help="output folder (default: runs/<scenario name>)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a scenario key, e.g. --set kv.block_size=32 (repeatable)")
@@ -35,6 +35,7 @@ def _add_run_parser(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from sim.cli.catalog import add_catalog_parsers
     from sim.cli.kv import add_kv_parser
     from sim.cli.plan import add_plan_parser
     from sim.cli.sweep import add_compare_parser, add_sweep_parser
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_compare_parser(sub)
     add_plan_parser(sub)
     add_validate_parser(sub)
+    add_catalog_parsers(sub)
     return parser
 
 
@@ -148,6 +150,10 @@ def _dispatch(args) -> int:
         from validation.cli import run_validate
 
         return run_validate(args)
+    if args.command in ("models", "gpus", "scenarios"):
+        from sim.cli.catalog import run_catalog
+
+        return run_catalog(args)
     from sim.cli.kv import run_kv
 
     return run_kv(args)
