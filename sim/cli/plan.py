@@ -40,7 +40,7 @@ def add_plan_parser(sub) -> None:
 def run_plan_command(args) -> int:
     import json
 
-    from sim.outputs.files import prepare_out_dir, safe_name, write_atomic
+    from sim.outputs.files import prepare_out_dir, refuse_linked_subfolder, safe_name, write_atomic
     from sim.plan.page import render_plan_page
     from sim.plan.points import configs_dir, fingerprint, load_points, point_files, remove_points
     from sim.plan.results import finish, plan_csv, plan_document
@@ -52,10 +52,13 @@ def run_plan_command(args) -> int:
         raise ConfigError("--force", "--resume", "give one: --resume continues the plan in --out, --force "
                           "starts it over")
     executor = make_executor(ExecutorKind(args.executor), args.workers, args.ray_address, args.ray_timeout)
-    spec = load_plan(args.plan)
+    from sim.config.shipped import resolve_scenario_path
+
+    spec = load_plan(str(resolve_scenario_path(args.plan)))  # a shipped plan (plan-chatbot) by name
     out_dir = Path(args.out) if args.out else Path("plans") / safe_name(spec.name, "plan")
     # before minutes of simulation: --resume rewrites the plan's own files
     prepare_out_dir(out_dir, PLAN_FILES, force=args.force or args.resume, known=PLAN_FILES)
+    refuse_linked_subfolder(configs_dir(out_dir))
     if point_files(out_dir) and not (args.resume or args.force):
         raise ConfigError(str(configs_dir(out_dir)), "--out", "already holds a plan's finished configurations; "
                           "pass --resume to continue it, --force to start over, or another --out")

@@ -98,19 +98,22 @@ def _progress(show: bool, total: int, already: int):
 
 
 def run_sweep_command(args) -> int:
-    from sim.outputs.files import check_writable, safe_name
+    from sim.outputs.files import check_writable, refuse_linked_subfolder, safe_name
     from sim.sweep.executors import ExecutorKind, Terminated, make_executor
     from sim.sweep.grid import plan_sweep
     from sim.sweep.runner import load_records, point_files, points_dir, run_sweep
     from sim.sweep.table import check_sort_by
+    from sim.config.shipped import resolve_scenario_path
 
     check_sort_by(args.sort_by)  # before anything runs
     executor = make_executor(ExecutorKind(args.executor), args.workers, args.ray_address, args.ray_timeout)
+    args.scenario = str(resolve_scenario_path(args.scenario))  # a shipped scenario by name
     plan = plan_sweep(args.scenario, args.grid, args.overrides)
     name = plan.points[0].data.get("name") or Path(args.scenario).stem
     out_dir = Path(args.out) if args.out else Path("sweeps") / safe_name(str(name))
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(str(out_dir), "--out", "is an existing file; give a folder for the sweep")
+    refuse_linked_subfolder(points_dir(out_dir))
     check_writable(points_dir(out_dir))
     if not args.resume and point_files(out_dir):
         raise ConfigError(str(points_dir(out_dir)), "--out",

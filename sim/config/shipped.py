@@ -34,3 +34,8 @@ def shipped_scenario(arg: str | Path) -> Path | None:
         return None
     candidate = shipped_scenarios_dir() / f"{stem}.yaml"
     return candidate if candidate.is_file() else None
+
+
+def resolve_scenario_path(arg: str | Path) -> Path:
+    """``arg`` as a path, or the shipped scenario it names (``shipped_scenario``)."""
+    return shipped_scenario(arg) or Path(arg)

@@ -241,6 +241,16 @@ def check_writable(target: Path, flag: str = "--out") -> None:
                           "read-only file system); choose a writable path")
 
 
+def refuse_linked_subfolder(folder: Path, flag: str = "--out") -> None:
+    """A run's own subfolder (a sweep's points/, a plan's configs/) must be a folder inside
+    --out, never a symlink to one elsewhere: its files would be written (and, with --force,
+    removed) there."""
+    folder = Path(folder)
+    if folder.is_symlink():
+        raise ConfigError(str(folder), flag, f"is a symlink to {os.readlink(folder)}: the run writes and removes "
+                          f"its files inside --out only; remove the link (or move the folder back) and rerun")
+
+
 def _can_create_in(folder: Path) -> bool:
     """Whether a folder can be made in ``folder`` (made and removed at once): a pseudo file
     system such as /proc passes the permission checks and still refuses every new entry."""

@@ -172,3 +172,31 @@ def test_microbench_fit_replaces_a_link_at_its_output_instead_of_writing_through
     assert microbench.cli.main(["fit", "calibrations/cpu-epyc-2core.jsonl", "-o", str(tmp_path / "cal.yaml")]) == 0
     assert target.read_text() == "someone else's file\n"
     assert not (tmp_path / "cal.yaml").is_symlink() and "schema: 2" in (tmp_path / "cal.yaml").read_text()
+
+
+def test_a_sweep_or_plan_subfolder_linked_elsewhere_is_refused_on_resume(tmp_path, capsys) -> None:
+    """points/ (sim sweep) and configs/ (sim plan) are the run's own: a symlink there would send
+    its writes and removals outside --out."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "sw").mkdir()
+    (tmp_path / "sw" / "points").symlink_to(elsewhere)
+    argv = ["sweep", "chatbot", "--grid", "scheduler.max_num_seqs=8,16", "--set", "workload.num_requests=10",
+            "--out", str(tmp_path / "sw"), "--resume"]
+    assert sim.cli.main.main(argv) == 2
+    assert "points: --out: is a symlink to" in _one_error_line(capsys, "--out")
+    (tmp_path / "pl").mkdir()
+    (tmp_path / "pl" / "configs").symlink_to(elsewhere)
+    assert sim.cli.main.main(["plan", "plan-chatbot", "--out", str(tmp_path / "pl"), "--resume"]) == 2
+    assert "configs: --out: is a symlink to" in _one_error_line(capsys, "--out")
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_sweep_and_plan_take_a_shipped_scenario_by_name(tmp_path, monkeypatch, capsys) -> None:
+    from sim.config.shipped import resolve_scenario_path
+
+    monkeypatch.chdir(tmp_path)
+    assert resolve_scenario_path("plan-chatbot").name == "plan-chatbot.yaml"
+    assert sim.cli.main.main(["sweep", "chatbot", "--grid", "scheduler.max_num_seqs=8,16", "--set",
+                              "workload.num_requests=10", "--out", "sw"]) == 0
+    assert (tmp_path / "sw" / "results.csv").is_file()
