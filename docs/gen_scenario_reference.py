@@ -47,7 +47,8 @@ PAGE = ROOT / "docs" / "reference" / "scenario.md"
 
 #: The discriminated unions of the schema: their variants -> (the section's title, its anchor).
 UNIONS = {
-    frozenset(typing.get_args(typing.get_args(arrival_schema.ArrivalProcess)[0])): ("workload.arrival", "workloadarrival"),
+    frozenset(typing.get_args(typing.get_args(arrival_schema.ArrivalProcess)[0])):
+        ("workload.arrival", "workloadarrival"),
     frozenset(typing.get_args(typing.get_args(schema.LengthDist)[0])): ("Length distributions", "length-distributions"),
 }
 
@@ -246,7 +247,8 @@ class Walker:
             default = "the profile's: " + "; ".join(f"`{v}` for {', '.join(n)}" for v, n in by_mode.items())
         if optional and default not in ("required",) and "unset" not in default and "profile" not in default:
             type_text += " or unset"
-        return Row(key, type_text, default, " ".join((field.description or "").split()))
+        name = key.rsplit(".", 1)[-1]  # the section's heading holds the path before it
+        return Row(name, type_text, default, " ".join((field.description or "").split()))
 
     def union(self, union: frozenset, level: int) -> None:
         title, _anchor_ = UNIONS[union]
@@ -331,8 +333,9 @@ A value past its bounds is refused when the scenario loads, before anything is a
 and nan are refused wherever a number is expected. The bounds below are the schema's (the
 table of ceilings is `sim/config/limits.py`).
 
-This page is generated from the schema (`sim/config/schema.py` and its sub-modules), so it
-lists every key there is.
+Each table lists the keys of the section its heading names: `max_model_len` under `engine` is
+`engine.max_model_len` in a file and in `--set`. This page is generated from the schema
+(`sim/config/schema.py` and its sub-modules), so it lists every key there is.
 """
 
 

@@ -70,7 +70,8 @@ def _walk(model, path="", seen=None):
 
 
 def test_the_page_is_up_to_date(gen) -> None:
-    assert PAGE.read_text() == gen.render(), "docs/reference/scenario.md is stale: run python docs/gen_scenario_reference.py"
+    stale = "docs/reference/scenario.md is stale: run python docs/gen_scenario_reference.py"
+    assert PAGE.read_text() == gen.render(), stale
 
 
 def test_every_key_has_a_description() -> None:
@@ -79,20 +80,29 @@ def test_every_key_has_a_description() -> None:
     assert not missing, f"give these fields Field(description=...): {missing}"
 
 
+def _sections(page: str) -> dict[str, str]:
+    """Heading (without backticks) -> the text under it, up to the next heading."""
+    parts = re.split(r"^#+ (.+)$", page, flags=re.M)
+    return {parts[i].strip("`"): parts[i + 1] for i in range(1, len(parts), 2)}
+
+
 def test_every_key_is_on_the_page() -> None:
-    page = PAGE.read_text()
+    sections = _sections(PAGE.read_text())
     for key, name, field, model in _walk(schema.Scenario):
         if key is not None:
-            assert f"| `{key}` |" in page, key
+            section = key.rsplit(".", 1)[0] if "." in key else "Top level"
+            assert f"| `{name}` |" in sections[section], key
         elif name == "type":
             tag = typing.get_args(field.annotation)[0]
-            assert f"`type: {tag}`" in page, tag
+            assert f"type: {tag}" in sections, tag
         else:
-            assert f"| `{name}` |" in page, (model.__name__, name)
+            assert f"| `{name}` |" in PAGE.read_text(), (model.__name__, name)
 
 
 def _row(page: str, key: str) -> list[str]:
-    line = next(x for x in page.splitlines() if x.startswith(f"| `{key}` |"))
+    section, name = key.rsplit(".", 1) if "." in key else ("Top level", key)
+    text = _sections(page)[section]
+    line = next(x for x in text.splitlines() if x.startswith(f"| `{name}` |"))
     return [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
 
 
