@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--threads", type=int, help="CPU: torch threads (default: torch's default; 1 is steadier on a shared machine)")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
     f = sub.add_parser("fit", help="fit a calibration from JSONL measurements")
-    f.add_argument("measurements", help="JSONL file, one timing per line (schema in README)")
+    f.add_argument("measurements", help="JSONL file, one timing per line (schema in docs/reference/calibrations.md)")
     f.add_argument("-o", "--out", required=True, help="calibration YAML to write")
     f.add_argument("--base", help="calibration (name or YAML) giving the device numbers the JSONL lacks")
     f.add_argument("--name", help="calibration name (default: the device record's, or the output's stem)")

@@ -1,6 +1,6 @@
 """Raw measurements: one JSON object per line (JSONL), read back and validated.
 
-Schema (documented in README.md, "Calibrations"):
+Schema (documented in docs/reference/calibrations.md, "Measurements (JSONL)"):
 
 - measurement records: ``{"kernel": "gemm", "m": 128, "n": 4096, "k": 4096, "dtype": "bf16",
   "time_s": 1.2e-05, ...}``: ``kernel`` (a name in sim.calib.kernel_models.KERNELS), that kernel's

@@ -166,7 +166,7 @@ _EFFICIENCY_KEYS: dict[str, tuple[str, str]] = {
     "m_half_tokens": ("float", "non-negative"),
 }
 #: key -> (floor, ceiling): a calibration outside them is a typo, and would size a KV pool
-#: of billions of blocks or time steps as zero or infinite seconds (README: "Ceilings").
+#: of billions of blocks or time steps as zero or infinite seconds (docs/reference/scenario.md, "Other limits").
 CALIBRATION_LIMITS: dict[str, tuple[float, float]] = {
     "schema": (1, 1000),
     "memory_bytes": (1 << 20, 1 << 42),  # 1 MiB to 4 TiB of device memory
@@ -186,7 +186,7 @@ def _check(value: Any, kind: str, rule: str, file: str, key: str) -> Any:
         return value
     value = yaml_float(value)
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
-        raise ConfigError(file, key, "a number far too large; see the allowed ranges in README.md")
+        raise ConfigError(file, key, "a number far too large; see the allowed ranges in docs/reference/scenario.md")
     finite_number(value, file, key)
     if kind == "int":
         if not float(value).is_integer():

@@ -21,7 +21,7 @@ def add_plan_parser(sub) -> None:
         description="For every configuration of the plan's space: the memory plan, the highest arrival rate "
                     "that meets the SLO (bracket and bisect over simulated probes), the replicas and GPUs the "
                     "target rate needs and their cost. Writes plan.json, plan.csv and plan.html.")
-    p.add_argument("plan", help="plan YAML file (see README.md, Capacity planning)")
+    p.add_argument("plan", help="plan YAML file (see docs/guides/capacity-planning.md)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="configurations searched in parallel (default: the CPU count)")
     p.add_argument("--out", default=None, help="output folder (default: plans/<plan name>)")

@@ -1,5 +1,6 @@
 """The scenario's arrival processes (``workload.arrival``): when sessions arrive.
-Re-exported by sim/config/schema.py; README.md, "Scenario reference", tells each key."""
+Re-exported by sim/config/schema.py; docs/reference/scenario.md (generated from these models)
+tells each key."""
 
 from __future__ import annotations
 
@@ -11,21 +12,26 @@ from sim.config.limits import FrozenModel as _Frozen, nonneg_float, pos_float, p
 
 
 class PoissonArrival(_Frozen):
+    """Exponential inter-arrival times: independent users."""
+
     type: Literal["poisson"]
-    rate: pos_float("workload.arrival.rate")  # requests per second
+    rate: pos_float("workload.arrival.rate") = Field(description="Sessions per second.")
 
 
 class GammaArrival(_Frozen):
     """Inter-arrival times from a gamma distribution: cv > 1 is burstier than Poisson."""
 
     type: Literal["gamma"]
-    rate: pos_float("workload.arrival.rate")
-    cv: pos_float("workload.arrival.cv")
+    rate: pos_float("workload.arrival.rate") = Field(description="Sessions per second.")
+    cv: pos_float("workload.arrival.cv") = Field(
+        description="Coefficient of variation of the inter-arrival times: 1 is Poisson, above 1 bursty.")
 
 
 class ConstantArrival(_Frozen):
+    """Evenly spaced arrivals."""
+
     type: Literal["constant"]
-    rate: pos_float("workload.arrival.rate")
+    rate: pos_float("workload.arrival.rate") = Field(description="Sessions per second.")
 
 
 class OfflineArrival(_Frozen):
@@ -41,11 +47,15 @@ class ClosedArrival(_Frozen):
     ``bench serve --max-concurrency``, SGLang's ``bench_serving --max-concurrency``):
     ``concurrency`` clients each send a request at t = 0 and their next one ``think_time_s``
     after its answer (0: at once), until ``num_requests`` were sent; the requests are
-    independent (no history). A rejected request ends its client. Needs ``num_requests``."""
+    independent (no history). A rejected request ends its client. Needs ``num_requests``; not
+    with ``duration_s`` or ``conversation``."""
 
     type: Literal["closed"]
-    concurrency: pos_int("workload.arrival.concurrency")
-    think_time_s: nonneg_float("workload.arrival.think_time_s") = 0.0
+    concurrency: pos_int("workload.arrival.concurrency") = Field(
+        description="Clients; `num_requests` is spread evenly over them.")
+    think_time_s: nonneg_float("workload.arrival.think_time_s") = Field(
+        0.0, description="Mean of the exponential wait between an answer and the client's next request, "
+                         "in seconds (0: at once).")
 
 
 ArrivalProcess = Annotated[

@@ -56,9 +56,15 @@ class KVTransferConfig(BaseModel):
 
     model_config = _Strict
 
-    bandwidth_gbps: _Gbps
-    latency_s: _Seconds = 0.0
-    granularity: Annotated[TransferGranularity, Field(strict=False)] = TransferGranularity.BLOCK
+    bandwidth_gbps: _Gbps = Field(
+        description="Each GPU's NIC, in gigabits per second (a ConnectX-7: 400); the shards of a request's KV "
+                    "move side by side, one per GPU.")
+    latency_s: _Seconds = Field(0.0, description="Fixed time per transfer, in seconds.")
+    granularity: Annotated[TransferGranularity, Field(strict=False)] = Field(
+        TransferGranularity.BLOCK,
+        description="`block`: the transfer starts once the prefill has ended; `layer`: a layer's KV leaves once "
+                    "the prompt's last step has computed it, overlapping that step "
+                    "([KV transfer](../guides/fleets.md#the-kv-transfer)).")
 
 
 class PoolConfig(BaseModel):
@@ -68,8 +74,9 @@ class PoolConfig(BaseModel):
 
     model_config = _Strict
 
-    engine: dict[str, Any] = Field(default_factory=dict)
-    scheduler: dict[str, Any] = Field(default_factory=dict)
+    engine: dict[str, Any] = Field(default_factory=dict, description="Keys of the scenario's `engine` section.")
+    scheduler: dict[str, Any] = Field(default_factory=dict,
+                                      description="Keys of the scenario's `scheduler` section.")
 
 
 class DisaggregationConfig(BaseModel):
@@ -79,12 +86,15 @@ class DisaggregationConfig(BaseModel):
 
     model_config = _Strict
 
-    prefill_replicas: _Replicas
-    decode_replicas: _Replicas
-    prefill: PoolConfig = PoolConfig()
-    decode: PoolConfig = PoolConfig()
-    kv_transfer: KVTransferConfig | None = None
-    decode_router: Annotated[DecodeRouterKind, Field(strict=False)] = DecodeRouterKind.LEAST_KV
+    prefill_replicas: _Replicas = Field(description="Engines of the prefill pool.")
+    decode_replicas: _Replicas = Field(description="Engines of the decode pool.")
+    prefill: PoolConfig = Field(PoolConfig(), description="The prefill pool's overrides (below).")
+    decode: PoolConfig = Field(PoolConfig(), description="The decode pool's overrides (below).")
+    kv_transfer: KVTransferConfig | None = Field(
+        None, description="The link the KV crosses (below); required.")
+    decode_router: Annotated[DecodeRouterKind, Field(strict=False)] = Field(
+        DecodeRouterKind.LEAST_KV, description="How a finished prefill's request picks its decode replica: "
+                                               "`least-kv` (most free KV slots) or `least-outstanding`.")
 
     @model_validator(mode="after")
     def _needs_a_link(self):
@@ -104,11 +114,24 @@ class ClusterConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    num_replicas: pos_int("cluster.num_replicas") = 1
-    router: Annotated[RouterKind, Field(strict=False)] = RouterKind.ROUND_ROBIN
-    sticky_sessions: bool = True
-    prefix_load_factor: pos_float("cluster.prefix_load_factor") = 1.5
-    disaggregation: DisaggregationConfig | None = None
+    num_replicas: pos_int("cluster.num_replicas") = Field(
+        1, description="Engines behind a router, each the scenario's whole engine "
+                       "([fleets and routers](../guides/fleets.md)); 1: one engine, no router. With "
+                       "`disaggregation` it follows from the pools (if given, it must be their sum).")
+    router: Annotated[RouterKind, Field(strict=False)] = Field(
+        RouterKind.ROUND_ROBIN,
+        description="`round-robin`; `least-outstanding` (fewest requests in flight: waiting, running, swapped, "
+                    "in its front end); `least-kv` (most free KV slots); `prefix-aware` (longest cached prefix "
+                    "of the prompt, unless that replica has more than `prefix_load_factor` times the mean "
+                    "outstanding requests: then least-outstanding).")
+    sticky_sessions: bool = Field(
+        True, description="Later turns of a conversation go to the replica of its first turn (`false`: the "
+                          "router picks again).")
+    prefix_load_factor: pos_float("cluster.prefix_load_factor") = Field(
+        1.5, description="The `prefix-aware` router's load limit, in times the mean outstanding requests over "
+                         "replicas.")
+    disaggregation: DisaggregationConfig | None = Field(
+        None, description="Split the replicas into a prefill pool and a decode pool (below; unset: one pool).")
 
     @model_validator(mode="before")
     @classmethod

@@ -3,9 +3,9 @@
 A value past a ceiling would not be a bigger question but a hang, an out-of-memory or a
 NaN in summary.json later (a typo such as ``duration_s: 1e12``), so the scenario schema
 (``schema.py``) takes its bounds from here and loading refuses such values before
-anything is allocated. README.md, "Scenario reference", states the same table.
+anything is allocated. docs/reference/scenario.md, generated from the schema, states every bound.
 
-Keys are written as in README.md; ``<length>`` stands for any length distribution
+Keys are written as on that page; ``<length>`` stands for any length distribution
 (``workload.prompt_tokens``, ``workload.output_tokens``, ``workload.conversation.turns``).
 """
 
@@ -99,7 +99,7 @@ _TABLE = (
     Limit("cluster.prefix_load_factor", 1e6, "times the mean outstanding requests"),
 )
 
-#: key (as README.md writes it) -> its Limit
+#: key (as docs/reference/scenario.md writes it) -> its Limit
 LIMITS: dict[str, Limit] = {lim.key: lim for lim in _TABLE}
 
 _LENGTH_KEYS = ("workload.prompt_tokens.", "workload.output_tokens.", "workload.conversation.turns.")

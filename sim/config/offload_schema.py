@@ -17,19 +17,30 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from sim.config.limits import FrozenModel, nonneg_float, pos_float, pos_int
 
 
 class OffloadConfig(FrozenModel):
-    tier: Literal["cpu"]
-    capacity_gb: pos_float("kv.offload.capacity_gb") | None = None
-    capacity_tokens: pos_int("kv.offload.capacity_tokens") | None = None
-    store: Literal["evicted", "reused"] = "evicted"
-    eviction: Literal["lru"] = "lru"
-    bandwidth_gb_per_s: pos_float("kv.offload.bandwidth_gb_per_s") | None = None
-    latency_s: nonneg_float("kv.offload.latency_s") | None = None
+    """A CPU tier behind the GPU prefix cache, looked up by the same block hashes (so it needs
+    ``kv.prefix_caching``): the GPU's evicted cached blocks are stored there, and a request whose
+    prefix the tier holds loads those blocks over the host link instead of prefilling them."""
+
+    tier: Literal["cpu"] = Field(description="The tier: `cpu` (host memory), the only one so far.")
+    capacity_gb: pos_float("kv.offload.capacity_gb") | None = Field(
+        None, description="The tier's size in GiB of host memory (or `capacity_tokens`: exactly one of them).")
+    capacity_tokens: pos_int("kv.offload.capacity_tokens") | None = Field(
+        None, description="The tier's size in tokens (or `capacity_gb`: exactly one of them).")
+    store: Literal["evicted", "reused"] = Field(
+        "evicted", description="`evicted`: every cached block the GPU evicts; `reused`: only those hit since "
+                               "they were cached.")
+    eviction: Literal["lru"] = Field("lru", description="The tier's own eviction when it is full.")
+    bandwidth_gb_per_s: pos_float("kv.offload.bandwidth_gb_per_s") | None = Field(
+        None, description="The host link, in GB/s (unset: the calibration's `pcie_bandwidth_bytes_per_s`).")
+    latency_s: nonneg_float("kv.offload.latency_s") | None = Field(
+        None, description="Fixed cost of one transfer, in seconds (unset: one copy per layer, K and V, at the "
+                          "cost model's copy latency).")
 
     @model_validator(mode="after")
     def _one_capacity(self):

@@ -18,21 +18,42 @@ class ProfileOverrides(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    graph_mode: Annotated[GraphMode, Field(strict=False)] | None = None
-    max_graph_size: nonneg_int("engine.profile_overrides.max_graph_size") | None = None
-    step_host_s: nonneg_float("engine.profile_overrides.step_host_s") | None = None
-    seq_host_s: nonneg_float("engine.profile_overrides.seq_host_s") | None = None
-    async_scheduling: bool | None = None
-    prefill_first: bool | None = None
-    output_processing: Annotated[OutputProcessing, Field(strict=False)] | None = None
-    frontend_request_s: nonneg_float("engine.profile_overrides.frontend_request_s") | None = None
-    frontend_prompt_token_s: nonneg_float("engine.profile_overrides.frontend_prompt_token_s") | None = None
-    frontend_token_s: nonneg_float("engine.profile_overrides.frontend_token_s") | None = None
-    gqa_shared_kv_reads: bool | None = None
-    graph_kernel_s: nonneg_float("engine.profile_overrides.graph_kernel_s") | None = None
-    reserve_full_length: bool | None = None
+    graph_mode: Annotated[GraphMode, Field(strict=False)] | None = Field(
+        None, description="CUDA graphs: `none`, `decode` (decode batches), `full-and-piecewise` (full graphs "
+                          "for decode batches, piecewise graphs for mixed steps).")
+    max_graph_size: nonneg_int("engine.profile_overrides.max_graph_size") | None = Field(
+        None, description="Largest batch captured in a graph (0: the engine's rule from `max_num_seqs`).")
+    step_host_s: nonneg_float("engine.profile_overrides.step_host_s") | None = Field(
+        None, description="Host seconds per step: scheduling, input preparation, sampling.")
+    seq_host_s: nonneg_float("engine.profile_overrides.seq_host_s") | None = Field(
+        None, description="Host seconds per sequence in the step.")
+    async_scheduling: bool | None = Field(
+        None, description="Host work overlaps the device's: a step takes max(device, host), not their sum.")
+    prefill_first: bool | None = Field(
+        None, description="vLLM V0: waiting prompts run first, in prefill-only steps that stall decodes.")
+    output_processing: Annotated[OutputProcessing, Field(strict=False)] | None = Field(
+        None, description="`separate` (a front-end process detokenises and streams) or `inline` (in the engine "
+                          "loop, as vLLM V0).")
+    frontend_request_s: nonneg_float("engine.profile_overrides.frontend_request_s") | None = Field(
+        None, description="Front-end seconds per request: HTTP handling, tokenising, bookkeeping.")
+    frontend_prompt_token_s: nonneg_float("engine.profile_overrides.frontend_prompt_token_s") | None = Field(
+        None, description="Front-end seconds per prompt token: tokenising.")
+    frontend_token_s: nonneg_float("engine.profile_overrides.frontend_token_s") | None = Field(
+        None, description="Front-end seconds per output token: detokenising and streaming.")
+    gqa_shared_kv_reads: bool | None = Field(
+        None, description="`true`: decode attention reads a KV head once for all its query heads; `false`: "
+                          "once per query head.")
+    graph_kernel_s: nonneg_float("engine.profile_overrides.graph_kernel_s") | None = Field(
+        None, description="GPU seconds a replayed kernel costs besides its work (1.3e-6).")
+    reserve_full_length: bool | None = Field(
+        None, description="`true` (`trtllm`, `trtllm-pytorch`): admit a request only while its prompt + "
+                          "max_tokens and every running request's fit, so nothing is preempted; `false`: blocks "
+                          "on demand, preempting when the pool runs out.")
     #: the engine's own all-reduce kernel below this many bytes, NCCL above (0: always; sim/cost/collectives.py)
-    custom_allreduce_max_bytes: nonneg_float("engine.profile_overrides.custom_allreduce_max_bytes") | None = None
+    custom_allreduce_max_bytes: nonneg_float("engine.profile_overrides.custom_allreduce_max_bytes") | None = Field(
+        None, description="The engine's own all-reduce kernel below this many bytes on up to 8 GPUs, NCCL above "
+                          "(the calibration's measured NCCL curve where it has one); 0: NCCL always, as vLLM's "
+                          "`--disable-custom-all-reduce`.")
 
     def as_dict(self) -> dict:
         return {k: v for k, v in self.model_dump().items() if v is not None}

@@ -4,7 +4,7 @@ All validation of user input happens here, once, at load. Every later module may
 the configuration is well-formed and never mutates it. Bad input raises
 :class:`sim.errors.ConfigError` naming the file, the key path and what is allowed.
 
-Schema (see README.md, "Scenario reference", for the full table)::
+Schema (docs/reference/scenario.md, generated from it, has every key)::
 
     name, description, seed, model, gpu
     engine:    max_model_len, gpu_memory_utilization, weight_dtype, kv_dtype, ...
@@ -89,7 +89,7 @@ def _offload_checks(sc: Scenario) -> list[tuple[str, str]]:
 
 
 def _size_checks(sc: Scenario) -> list[tuple[str, str]]:
-    """Products of sizes that would exhaust memory or time (README: "Ceilings")."""
+    """Products of sizes that would exhaust memory or time (docs/reference/scenario.md, "Other limits")."""
     problems, wl = [], sc.workload
     if wl.trace is None and wl.num_requests is None and wl.duration_s is not None:
         expected = wl.duration_s * wl.arrival.rate

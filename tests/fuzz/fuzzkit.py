@@ -1,5 +1,5 @@
 """Shared helpers of the bad-input fuzz suite: run the real CLI in-process and check the
-bad-input promise (README: exit 0, or exit 2 with exactly one ``error: <file>: <key>: ...``
+bad-input promise (docs/reference/commands.md, "Bad input": exit 0, or exit 2 with exactly one ``error: <file>: <key>: ...``
 line on stderr; never a traceback, never NaN or Infinity in summary.json)."""
 
 from __future__ import annotations

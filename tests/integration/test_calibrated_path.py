@@ -1,4 +1,4 @@
-"""The README's calibrated path, end to end, through the real command lines:
+"""The calibrated path of docs/guides/calibrate.md, end to end, through the real command lines:
 
     microbench calibrate --device cpu --quick --model tiny-llama --out cal.yaml
     sim run scenarios/chatbot.yaml --set gpu=cal.yaml            (report on)

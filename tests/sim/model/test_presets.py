@@ -60,7 +60,7 @@ def test_preset_matches_published_parameters_and_kv_bytes(name: str) -> None:
 
 
 def test_preset_kv_bytes_table() -> None:
-    """The figures the README lists (bf16, bytes per token)."""
+    """Every preset's bf16 KV bytes per token, as `sim kv` prints them (docs/guides/kv-memory.md)."""
     got = {n: kv_bytes_per_token(load_model(n), "bf16") for n in PUBLISHED}
     assert got == {"llama-3.1-8b": 131072, "llama-3.1-70b": 327680, "llama-3.1-405b": 516096,
                    "qwen3-8b": 147456, "qwen3-32b": 262144, "qwen3-30b-a3b": 98304,
