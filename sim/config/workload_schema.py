@@ -76,7 +76,12 @@ LengthDist = Annotated[
 
 class TraceReplay(_Frozen):
     """Arrival times and lengths from a CSV with columns
-    ``arrived_at, num_prefill_tokens, num_decode_tokens`` (the Azure 2023 format)."""
+    ``arrived_at, num_prefill_tokens, num_decode_tokens`` (the Azure 2023 format), and
+    optionally a prefix identity, ``prefix_group, prefix_tokens``: rows of the same group (> 0)
+    share the first ``prefix_tokens`` tokens of their prompts (as far as both have them; fewer
+    than ``num_prefill_tokens``), so prefix caching finds them: a shared system prompt is one
+    group; a conversation is one group whose turns give ``prefix_tokens`` = their prompt less
+    the new message. Without the columns no two requests share a prefix."""
 
     path: str = Field(description="The CSV file (relative to the scenario's folder).")
     speedup: pos_float("workload.trace.speedup") = Field(

@@ -38,6 +38,15 @@ class Columns:
         return f"line {int(self.lines[index])}, column {column}"
 
 
+def has_columns(path: str, columns: tuple[str, ...]) -> tuple[bool, ...]:
+    """Whether the CSV's header names each of ``columns`` (the file checked as read_columns does)."""
+    text = decode_utf8(read_bytes(path, max_bytes=MAX_CSV_BYTES, what="CSV file"), path)
+    for row in csv.reader(io.StringIO(text, newline="")):
+        if row:
+            return tuple(c in row for c in columns)
+    return tuple(False for _ in columns)
+
+
 def read_columns(path: str, columns: tuple[str, ...]) -> Columns:
     """The named numeric columns of the CSV at ``path`` (ConfigError on any problem); cached
     while the file's size and modification time stay the same."""

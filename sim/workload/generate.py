@@ -23,7 +23,7 @@ from sim.config.scenario import (
     OfflineArrival,
     PoissonArrival, Scenario, UniformLength, ZipfLength)
 from sim.views import IndexedSequence
-from sim.workload.csvfile import read_columns
+from sim.workload.csvfile import has_columns, read_columns
 
 
 @dataclass(frozen=True)
@@ -118,9 +118,21 @@ def arrival_times(sc: Scenario, rng: np.random.Generator) -> np.ndarray:
 # ---------------------------------------------------------------------------- sessions
 
 
-def _read_trace(path: Path, speedup: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+#: A trace's optional prefix identity: rows with the same ``prefix_group`` (> 0) share the first
+#: ``prefix_tokens`` tokens of their prompts (as far as both have them); 0 is no shared prefix.
+PREFIX_COLUMNS = ("prefix_group", "prefix_tokens")
+MAX_PREFIX_GROUP = MAX_SESSIONS
+
+
+def _read_trace(path: Path, speedup: float = 1.0):
+    """(arrival s from 0, prompt tokens, output tokens, prefix groups or None, prefix tokens or None)."""
     cols = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
-    table = read_columns(str(path), cols)
+    present = has_columns(str(path), PREFIX_COLUMNS)
+    if any(present) and not all(present):
+        missing = PREFIX_COLUMNS[present.index(False)]
+        raise ConfigError(str(path), missing, f"no such column, but {PREFIX_COLUMNS[present.index(True)]} is "
+                          "there: a prefix identity needs both prefix_group and prefix_tokens")
+    table = read_columns(str(path), cols + (PREFIX_COLUMNS if all(present) else ()))
     arrived = table.values[0]
     back = np.flatnonzero(np.diff(arrived) < 0)
     if back.size:
@@ -130,12 +142,27 @@ def _read_trace(path: Path, speedup: float = 1.0) -> tuple[np.ndarray, np.ndarra
         raise ConfigError(str(path), table.where(arrived.size - 1, "arrived_at"), (
             f"the trace spans more than {MAX_DURATION_S:g} s (replayed at speedup {speedup:g}); "
             "the most a run may span"))
-    for name, col in zip(cols[1:], table.values[1:]):
+    for name, col in zip(cols[1:], table.values[1:3]):
         bad = np.flatnonzero((col < 1) | (col != np.rint(col)) | (col > MAX_TOKENS))
         if bad.size:
             raise ConfigError(str(path), table.where(int(bad[0]), name),
                               f"not a token count; allowed: integers from 1 to {MAX_TOKENS}")
-    return arrived - arrived[0], table.values[1].astype(np.int64), table.values[2].astype(np.int64)
+    groups = ptoks = None
+    if all(present):
+        groups, ptoks = table.values[3], table.values[4]
+        for name, col, top in (("prefix_group", groups, MAX_PREFIX_GROUP), ("prefix_tokens", ptoks, MAX_TOKENS)):
+            bad = np.flatnonzero((col != np.rint(col)) | (col > top))
+            if bad.size:
+                raise ConfigError(str(path), table.where(int(bad[0]), name),
+                                  f"not an integer from 0 to {top}")
+        bad = np.flatnonzero((groups > 0) & (ptoks >= table.values[1]))
+        if bad.size:
+            raise ConfigError(str(path), table.where(int(bad[0]), "prefix_tokens"), (
+                "must be less than num_prefill_tokens (the prompt keeps at least one token of its own)"))
+        ptoks = np.where(groups > 0, ptoks, 0)
+        groups, ptoks = groups.astype(np.int64), ptoks.astype(np.int64)
+    return (arrived - arrived[0], table.values[1].astype(np.int64), table.values[2].astype(np.int64), groups,
+            ptoks)
 
 
 def build_workload(sc: Scenario, rng: np.random.Generator) -> Sessions:
@@ -143,15 +170,23 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Sessions:
     wl = sc.workload
     closed = isinstance(wl.arrival, ClosedArrival)
     if wl.trace is not None:
-        arrived, prompts, outputs = _read_trace(sc.resolve(wl.trace.path), wl.trace.speedup)
+        arrived, prompts, outputs, groups, ptoks = _read_trace(sc.resolve(wl.trace.path), wl.trace.speedup)
+        if groups is None:
+            groups = ptoks = np.zeros(arrived.size, dtype=np.int64)
         arrived = arrived / wl.trace.speedup
         keep = np.ones(arrived.size, dtype=bool)
         if wl.duration_s is not None:
             keep &= arrived < wl.duration_s
-        arrived, prompts, outputs = arrived[keep], prompts[keep], outputs[keep]
+        arrived, prompts, outputs, groups, ptoks = (a[keep] for a in (arrived, prompts, outputs, groups, ptoks))
         if wl.num_requests is not None:
-            arrived, prompts, outputs = (a[: wl.num_requests] for a in (arrived, prompts, outputs))
+            arrived, prompts, outputs, groups, ptoks = (a[: wl.num_requests]
+                                                        for a in (arrived, prompts, outputs, groups, ptoks))
         turns_per = np.ones(arrived.size, dtype=np.int64)
+        if groups.any():  # the trace's prefix identity: group g's stream is segment g (1..), prompts on top
+            prompts = prompts - ptoks
+            starts = np.arange(arrived.size, dtype=np.int64)
+            return Sessions(arrived.astype(float), turns_per, starts, prompts, outputs, None, groups, ptoks,
+                            int(groups.max()) + 1)
     elif closed:  # concurrency clients at t = 0, num_requests spread over them
         n = min(wl.arrival.concurrency, wl.num_requests)
         arrived = np.zeros(n)
@@ -211,8 +246,8 @@ class Sessions(IndexedSequence):
     _what = "session"
 
     def __init__(self, arrived: np.ndarray, turns_per: np.ndarray, starts: np.ndarray, prompts: np.ndarray,
-                 outputs: np.ndarray, thinks: np.ndarray | None, prefix_ids: np.ndarray, prefix_tokens: int,
-                 first_segment: int, history: bool = True) -> None:
+                 outputs: np.ndarray, thinks: np.ndarray | None, prefix_ids: np.ndarray,
+                 prefix_tokens: int | np.ndarray, first_segment: int, history: bool = True) -> None:
         self._history = history  # False: closed-loop clients, whose requests do not carry earlier ones
         self._arrived, self._turns, self._starts = arrived, turns_per, starts
         self._prompts, self._outputs, self._thinks = prompts, outputs, thinks
@@ -245,13 +280,15 @@ class Sessions(IndexedSequence):
         prompts, outputs = self._prompts[k0:k1].tolist(), self._outputs[k0:k1].tolist()
         thinks = self._thinks[k0:k1].tolist() if self._thinks is not None else None
         first, prefix_tokens = self._first_segment, self._prefix_tokens
+        per = None if isinstance(prefix_tokens, int) else prefix_tokens[i0:i1].tolist()  # a trace's, per session
         for j in range(i1 - i0):
             k = starts[j] - k0
             turns = tuple(TurnSpec(prompts[k + t], outputs[k + t],
                                    thinks[k + t] if (thinks is not None and t > 0) else 0.0)
                           for t in range(nts[j]))
             pid = pids[j]
-            yield SessionSpec(i0 + j, arrived[j], (pid, prefix_tokens) if pid else None, turns, first + starts[j],
+            yield SessionSpec(i0 + j, arrived[j], (pid, prefix_tokens if per is None else per[j]) if pid else None,
+                              turns, first + starts[j],
                               self._history)
 
     def __eq__(self, other) -> bool:

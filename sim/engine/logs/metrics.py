@@ -18,6 +18,8 @@ pool are averaged over busy time (weighted by step duration).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from sim.config.engine_support import engine_notes
@@ -159,6 +161,21 @@ def overload_note(sc, rr, span_s: float, peak_waiting: int, ttft_p50: float | No
 STRANDED = (RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.SWAPPED)
 
 
+def trace_prefix_note(sc) -> list[str]:
+    """A trace without a prefix identity gives prefix caching nothing to find."""
+    trace = sc.workload.trace
+    if trace is None or not sc.kv.prefix_caching:
+        return []
+    from sim.workload.csvfile import has_columns  # noqa: PLC0415
+    from sim.workload.generate import PREFIX_COLUMNS  # noqa: PLC0415
+
+    if all(has_columns(str(sc.resolve(trace.path)), PREFIX_COLUMNS)):
+        return []
+    return [f"the trace {Path(trace.path).name} has no prefix identity (columns prefix_group, prefix_tokens): no two "
+            "of its requests share a prefix, so prefix caching (and its eviction policy, and an offload tier) finds "
+            "nothing to reuse here; add the columns to replay shared system prompts or conversations"]
+
+
 def stranded_note(rr) -> list[str]:
     """A run ends when no event is left: a request neither finished nor rejected by then was
     stranded (the engine, or a cluster's pools, stopped with its work left: a deadlock)."""
@@ -208,7 +225,8 @@ def summarize(result) -> dict:
         },
         "profile": engine_summary(result),
         "notes": engine_notes(sc) + notes(alloc_cls) + profile_notes(result) + frontend_note(fe_share)
-        + overload_note(sc, rr, span, int(agg["peak_waiting"]), ttft["p50"]) + stranded_note(rr),
+        + overload_note(sc, rr, span, int(agg["peak_waiting"]), ttft["p50"]) + stranded_note(rr)
+        + trace_prefix_note(sc),
         "requests": {
             "arrived": rr.n, "completed": rr.num_done, "rejected": rr.num_rejected,
             "in_flight": rr.n - rr.num_done - rr.num_rejected, "rejected_by_reason": rr.rejected_by_reason,
