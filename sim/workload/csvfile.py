@@ -39,25 +39,37 @@ class Columns:
 
 
 def has_columns(path: str, columns: tuple[str, ...]) -> tuple[bool, ...]:
-    """Whether the CSV's header names each of ``columns`` (the file checked as read_columns does)."""
+    """Whether the CSV's header names each of ``columns`` (the file checked as read_columns does);
+    the header is cached as read_columns's columns are, so a trace's file is not read once per
+    question (the loader's and the run summary's)."""
+    header = _header(path, _stamp(path))
+    return tuple(c in header for c in columns)
+
+
+def _stamp(path: str):
+    """(size, mtime) of ``path``: the caches' key, so an edited file is read again."""
+    import os  # noqa: PLC0415
+
+    try:
+        st = os.stat(path)
+        return st.st_size, st.st_mtime_ns
+    except (OSError, ValueError):
+        return None  # read_bytes reports it
+
+
+@lru_cache(maxsize=16)
+def _header(path: str, stamp) -> tuple[str, ...]:
     text = decode_utf8(read_bytes(path, max_bytes=MAX_CSV_BYTES, what="CSV file"), path)
     for row in csv.reader(io.StringIO(text, newline="")):
         if row:
-            return tuple(c in row for c in columns)
-    return tuple(False for _ in columns)
+            return tuple(row)
+    return ()
 
 
 def read_columns(path: str, columns: tuple[str, ...]) -> Columns:
     """The named numeric columns of the CSV at ``path`` (ConfigError on any problem); cached
     while the file's size and modification time stay the same."""
-    import os  # noqa: PLC0415
-
-    try:
-        st = os.stat(path)
-        stamp = (st.st_size, st.st_mtime_ns)
-    except (OSError, ValueError):
-        stamp = None  # read_bytes reports it
-    return _read_columns(path, tuple(columns), stamp)
+    return _read_columns(path, tuple(columns), _stamp(path))
 
 
 @lru_cache(maxsize=16)
