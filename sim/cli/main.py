@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from sim.errors import OneLineParser, cli_exit_code
+from sim.outputs.plotlyjs import add_plotly_flag
 
 
 def _add_run_parser(sub) -> None:
@@ -21,6 +22,7 @@ def _add_run_parser(sub) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a scenario key, e.g. --set kv.block_size=32 (repeatable)")
     p.add_argument("--no-report", action="store_true", help="skip report.html")
+    add_plotly_flag(p, "report.html")
     p.add_argument("--steps", choices=("full", "sampled", "none"), default="full",
                    help="steps.csv: every step (default), at most 100,000 evenly spaced steps "
                         "(sampled), or none; summary.json and report.html use every step either way")
@@ -74,7 +76,8 @@ def _run(args) -> int:
 
     sc = load_scenario(args.scenario, args.overrides)
     out_dir = Path(args.out) if args.out else Path("runs") / safe_name(sc.name)
-    writes = run_files(args.steps, report=not args.no_report, schedule=args.schedule)
+    writes = run_files(args.steps, report=not args.no_report, schedule=args.schedule,
+                       plotly_copy=args.plotly == "folder" and not args.no_report)
     cluster = sc.cluster.num_replicas > 1  # replicas behind a router (sim/engine/cluster/simulation.py)
     pipeline = sc.engine.pipeline_parallel_size > 1  # stages of layers (sim/engine/pipeline/simulation.py, #15)
     if args.schedule and (cluster or pipeline):
@@ -120,7 +123,9 @@ def _run(args) -> int:
     if not args.no_report:
         from sim.outputs.report import render_report
 
-        report = render_report(result, summary, sim.cal)
+        from sim.outputs.plotlyjs import include
+
+        report = render_report(result, summary, sim.cal, include(args.plotly, out_dir))
         write_outputs(out_dir, {"report.html": report})
     if args.json:
         print(json.dumps(summary, indent=2))

@@ -11,8 +11,10 @@ import time
 from pathlib import Path
 
 from sim.errors import ConfigError
+from sim.outputs.plotlyjs import add_plotly_flag
 
-PLAN_FILES = ("plan.json", "plan.csv", "plan.html")
+PLAN_FILES = ("plan.json", "plan.csv", "plan.html", "plotly.min.js")
+
 
 
 def add_plan_parser(sub) -> None:
@@ -35,6 +37,7 @@ def add_plan_parser(sub) -> None:
     p.add_argument("--ray-timeout", type=float, default=None, metavar="SECONDS",
                    help="give up reaching Ray after this long (default: 30)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    add_plotly_flag(p, "plan.html")
 
 
 def run_plan_command(args) -> int:
@@ -65,6 +68,12 @@ def run_plan_command(args) -> int:
     # --resume: a stale or malformed point file is one error line now
     already = len(load_points(out_dir, spec, fingerprint(spec))) if args.resume else 0
     show = not args.quiet and sys.stderr.isatty()
+    if not args.quiet:
+        from sim.plan.search import workload_note
+
+        note = workload_note(spec, len(spec.configs) - already, args.workers)
+        if note:
+            print(note, file=sys.stderr)
     executor.start()  # Ray: reach the cluster (bounded by --ray-timeout) before writing anything
     t0 = time.perf_counter()
     try:
@@ -82,7 +91,9 @@ def run_plan_command(args) -> int:
     ranked = finish(spec, run.records)
     write_atomic(out_dir / "plan.json", json.dumps(plan_document(spec, ranked, wall, run.stats), indent=1) + "\n")
     write_atomic(out_dir / "plan.csv", plan_csv(spec, ranked))
-    write_atomic(out_dir / "plan.html", render_plan_page(spec, ranked, run.stats))
+    from sim.outputs.plotlyjs import include
+
+    write_atomic(out_dir / "plan.html", render_plan_page(spec, ranked, run.stats, include(args.plotly, out_dir)))
     if not args.quiet:
         from sim.plan.table import print_plan
 
@@ -100,10 +111,12 @@ class _progress:
         if not self.show:
             return None
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn)
 
         self.bar = Progress(TextColumn("plan"), BarColumn(), MofNCompleteColumn(), TextColumn("configurations"),
-                            TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+                            TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+                            console=Console(stderr=True), transient=True)
         self.bar.__enter__()
         task = self.bar.add_task("plan", total=self.total, completed=self.already)
         return lambda record: self.bar.update(task, advance=1)

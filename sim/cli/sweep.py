@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sim.errors import ConfigError
+from sim.outputs.plotlyjs import add_plotly_flag
 
 
 def add_sweep_parser(sub) -> None:
@@ -40,6 +41,7 @@ def add_sweep_parser(sub) -> None:
                         "ttft_s.p95 (lowest first) or throughput.output_tokens_per_s (highest first); "
                         "default: goodput, else throughput")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary line")
+    add_plotly_flag(p, "whatif.html")
 
 
 def add_compare_parser(sub) -> None:
@@ -47,6 +49,7 @@ def add_compare_parser(sub) -> None:
     p.add_argument("runs", nargs="+", metavar="DIR", help="folders written by `sim run`")
     p.add_argument("--out", default="compare.html", help="HTML file to write (default: compare.html)")
     p.add_argument("--quiet", action="store_true", help="no table")
+    add_plotly_flag(p, "compare.html")
     p.add_argument("--force", action="store_true",
                    help="overwrite --out even when it is not a page written by sim compare")
 
@@ -124,7 +127,7 @@ def run_sweep_command(args) -> int:
     executor.start()  # Ray: reach the cluster (bounded by --ray-timeout) before writing anything
     try:
         with _progress(show, len(plan.points), done) as progress:
-            stats = run_sweep(plan, out_dir, executor, resume=args.resume, on_done=progress)
+            stats = run_sweep(plan, out_dir, executor, resume=args.resume, on_done=progress, plotly=args.plotly)
     except KeyboardInterrupt as exc:
         print(f"error: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}; finished points "
               f"are kept in {points_dir(out_dir)}; rerun with --resume to continue", file=sys.stderr)

@@ -217,9 +217,9 @@ def _fmt(v) -> str:
     return json.dumps(v) if isinstance(v, bool) else f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def render_compare(runs: list[Run]) -> str:
+def render_compare(runs: list[Run], plotly=True) -> str:
     figs = [_bars(runs), _cdfs(runs), _memory(runs)]
-    parts = [to_html(f, full_html=False, include_plotlyjs=(i == 0), config={"responsive": True})
+    parts = [to_html(f, full_html=False, include_plotlyjs=plotly if i == 0 else False, config={"responsive": True})
              for i, f in enumerate(figs)]
     style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1300px}"
              "td,th{padding:2px 10px;border-bottom:1px solid #eee;font-size:13px;text-align:left}"
@@ -251,7 +251,9 @@ def run_compare(args) -> int:
     if out.is_dir():
         raise ConfigError(args.out, "--out", "is a folder; give the HTML file to write, e.g. compare.html")
     try:
-        write_atomic(out, render_compare(runs))
+        from sim.outputs.plotlyjs import include
+
+        write_atomic(out, render_compare(runs, include(getattr(args, "plotly", "inline"), out.parent)))
     except OSError as exc:
         raise ConfigError(args.out, "--out", f"cannot write: {exc.strerror or exc}") from None
     if not args.quiet:

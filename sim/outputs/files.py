@@ -181,10 +181,12 @@ def steps_csv(step_log, max_rows: int | None = None) -> str:
     return "".join(steps_csv_chunks(step_log, max_rows))
 
 
-def run_files(steps: str = "full", report: bool = True, schedule: bool = False) -> list[str]:
+def run_files(steps: str = "full", report: bool = True, schedule: bool = False,
+              plotly_copy: bool = False) -> list[str]:
     """The files ``sim run`` writes with ``--steps steps`` (and a report or not, and
-    ``--schedule``'s schedule.jsonl or not)."""
+    ``--schedule``'s schedule.jsonl or not, and ``--plotly folder``'s plotly.min.js or not)."""
     return [f for f in RUN_FILES if not (f == "report.html" and not report)
+            and not (f == "plotly.min.js" and not plotly_copy)
             and not (f == "steps.csv" and STEP_MODES[steps] == 0)
             and not (f == "schedule.jsonl" and not schedule)]
 
@@ -213,7 +215,7 @@ def write_run(out_dir: Path, summary: dict, result, report_html: str | None,
 
 #: The files each command writes into its output folder; a folder holding any of them (or
 #: a sweep's points/) holds another run's files.
-RUN_FILES = ("summary.json", "requests.csv", "steps.csv", "report.html", "schedule.jsonl")
+RUN_FILES = ("summary.json", "requests.csv", "steps.csv", "report.html", "schedule.jsonl", "plotly.min.js")
 VALIDATE_FILES = ("validation.json", "validation_steps.csv", "validation.html")
 SWEEP_FILES = ("results.csv", "whatif.html")
 OUTPUT_FILES = RUN_FILES + VALIDATE_FILES + SWEEP_FILES

@@ -172,17 +172,18 @@ def _load_calibration(sc):
         return None
 
 
-def render_report(result, summary: dict, calibration=None) -> str:
+def render_report(result, summary: dict, calibration=None, plotly=True) -> str:
     """The whole report as one HTML string. ``calibration``: the one the run used (read
     again from the scenario's ``gpu`` when not given). Never raises for a bug of its own: a
-    section that fails is an error box, a page that fails a page saying so (module docstring)."""
-    page = _guarded("whole report", lambda: _render(result, summary, calibration))
+    section that fails is an error box, a page that fails a page saying so (module docstring).
+    ``plotly``: plotly's ``include_plotlyjs`` (sim/outputs/plotlyjs.py's ``include``)."""
+    page = _guarded("whole report", lambda: _render(result, summary, calibration, plotly))
     if "<html>" in page:
         return page
     return f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>kvsim report</title></head><body>{page}</body></html>"
 
 
-def _render(result, summary: dict, calibration) -> str:
+def _render(result, summary: dict, calibration, plotly=True) -> str:
     sc = result.scenario
     replicas = ""
     if isinstance(result, ClusterResult):  # replicas behind a router (sim/engine/cluster/simulation.py)
@@ -204,11 +205,11 @@ def _render(result, summary: dict, calibration) -> str:
             [LatencySeries.of_requests(result.requests)], slo_s=(sc.slo.ttft_s, sc.slo.tpot_s, None),
             axis_toggle=True),
         "request timeline": lambda: _timeline_figure(result.requests)})
-    parts, js = [], True
+    parts, js = [], plotly
     for name, build in figs.items():
         part = _guarded(name, lambda: to_html(build(), full_html=False, include_plotlyjs=js,
                                               config={"responsive": True}))
-        js = js and "section-error" in part  # plotly.js inlined once, with the first figure drawn
+        js = js if "section-error" in part else False  # plotly.js included once, with the first figure drawn
         parts.append(part)
     scenario_yaml = yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False)
     if calibration is None:

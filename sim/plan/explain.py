@@ -16,6 +16,7 @@ Hit rates and latencies are each configuration's at its own max rate.
 
 from __future__ import annotations
 
+from sim.plan.confirm import steady_note
 from sim.plan.unit import describe, is_cluster_key, split_label
 
 
@@ -99,7 +100,7 @@ def _replicas(r: dict, peers: list[dict]) -> str | None:
 def unit_why(spec, r: dict, ranked: list[dict]) -> str:
     """The reason of a feasible record of a plan with units."""
     u, mem, at, q = r["unit"], r["memory"], r["at_max_rate"], f"p{spec.slo.percentile:g}"
-    rate = f"{'at least ' if r['capped'] else ''}{r['max_rate']:.2f} req/s"
+    rate = f"{'at least ' if r['capped'] else ''}{r['max_rate']:.2f} req/s{steady_note(r)}"
     pool = "each decode replica's KV pool" if u["prefill_replicas"] is not None else (
         "each replica's KV pool" if u["num_replicas"] > 1 else "KV pool")
     units = f"{r['units']} unit{'s' if r['units'] != 1 else ''}"

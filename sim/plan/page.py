@@ -73,16 +73,19 @@ def _table(spec: PlanSpec, ranked: list[dict]) -> str:
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
-def render_plan_page(spec: PlanSpec, ranked: list[dict], probes: dict | None = None) -> str:
+def render_plan_page(spec: PlanSpec, ranked: list[dict], probes: dict | None = None, plotly=True) -> str:
     slo = spec.slo
     figs = [cost_figure(spec, ranked)] + [key_figure(spec, ranked, k) for k in spec.keys]
-    charts = [pio.to_html(f, full_html=False, include_plotlyjs="inline" if i == 0 else False)
+    charts = [pio.to_html(f, full_html=False, include_plotlyjs=plotly if i == 0 else False)
               for i, f in enumerate(figs)]
     title = html.escape(f"kvsim plan: {spec.name}")
     lead = html.escape(
         f"Target {spec.target_rate:g} req/s; SLO p{slo.percentile:g} TTFT <= {slo.ttft_s * 1e3:g} ms and "
         f"p{slo.percentile:g} TPOT <= {slo.tpot_s * 1e3:g} ms, {slo.attainment:.0%} of requests meeting both; "
-        f"probes of {spec.search.num_requests} requests, the scenario's seed in every probe. "
+        f"probes of at least {spec.search.num_requests} requests and {spec.search.min_duration_s:g} s of arrivals "
+        f"(the first {spec.search.warmup:.0%} not judged), the scenario's seed in every probe"
+        + (f"; each answer confirmed by a run of {spec.search.confirm_duration_s:g} s of arrivals. "
+           if spec.search.confirm_duration_s > 0 else ". ")
         + ("A unit (its replicas behind its router, or its prefill and decode pools) is simulated whole; units "
            "are assumed to share the load evenly." if spec.clustered else
            "Replicas are assumed to share the load evenly; the fleet itself is not simulated.")

@@ -21,6 +21,7 @@ import io
 import json
 import math
 
+from sim.plan.confirm import steady_note
 from sim.plan.explain import unit_why
 from sim.plan.spec import PlanSpec
 from sim.plan.ties import mark_ties
@@ -81,7 +82,7 @@ def why(spec: PlanSpec, r: dict, ranked: list[dict] | None = None) -> str:
     if r.get("unit") is not None:
         return unit_why(spec, r, ranked or [r])
     mem, at, q = r["memory"], r["at_max_rate"], f"p{spec.slo.percentile:g}"
-    rate = f"{'at least ' if r['capped'] else ''}{r['max_rate']:.2f} req/s"
+    rate = f"{'at least ' if r['capped'] else ''}{r['max_rate']:.2f} req/s{steady_note(r)}"
     tpot = "-" if at["tpot_s"] is None else f"{at['tpot_s'] * 1e3:.0f} ms"
     return (f"KV pool holds {mem['max_full_length_requests']} full-length requests "
             f"({mem['kv_pool_tokens']:,} tokens); max rate {rate} ({q} TTFT {at['ttft_s'] * 1e3:.0f} ms, "
@@ -103,10 +104,12 @@ def finish(spec: PlanSpec, records: list[dict]) -> list[dict]:
 
 ASSUMPTIONS = ["replicas share the target rate evenly (a perfect router); the fleet is not simulated",
                "a probe passes when the run drains with no rejection, the SLO percentiles of TTFT "
-               "and TPOT hold and the attainment share holds"]
+               "and TPOT hold and the attainment share holds, judged past the warm-up (search.warmup)",
+               "the answer is confirmed at steady state: its rate rerun with arrivals over "
+               "search.confirm_duration_s, stepping down where that fails (sim/plan/confirm.py)"]
 ASSUMPTIONS_UNITS = ["a unit (its replicas behind its router, or its prefill and decode pools) is simulated "
                      "whole; units share the target rate evenly (the router above the units is not simulated)",
-                     ASSUMPTIONS[1]]
+                     *ASSUMPTIONS[1:]]
 
 
 def plan_document(spec: PlanSpec, ranked: list[dict], wall_s: float | None = None, probes: dict | None = None) -> dict:
@@ -116,7 +119,8 @@ def plan_document(spec: PlanSpec, ranked: list[dict], wall_s: float | None = Non
         "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "percentile": slo.percentile,
                 "attainment": slo.attainment},
         "search": {"min_rate": s.min_rate, "max_rate": s.max_rate, "tolerance": s.tolerance,
-                   "num_requests": s.num_requests, "reuse": s.reuse,
+                   "num_requests": s.num_requests, "min_duration_s": s.min_duration_s, "warmup": s.warmup,
+                   "confirm_duration_s": s.confirm_duration_s, "reuse": s.reuse,
                    "seed": "the scenario's seed, the same for every probe (see each configuration's seed)"},
         "keys": list(spec.keys), "prices": spec.prices,
         "assumptions": ASSUMPTIONS_UNITS if spec.clustered else ASSUMPTIONS,
@@ -127,7 +131,7 @@ def plan_document(spec: PlanSpec, ranked: list[dict], wall_s: float | None = Non
 
 
 CSV_COLS = ("rank", "index", "status", "gpu", "tensor_parallel_size", "gpus_per_replica", "max_rate", "capped",
-            "ttft_s", "tpot_s", "attainment", "kv_pool_tokens", "max_full_length_requests", "replicas", "gpus", "price_per_gpu_hour",
+            "search_max_rate", "judged_requests", "ttft_s", "tpot_s", "attainment", "kv_pool_tokens", "max_full_length_requests", "replicas", "gpus", "price_per_gpu_hour",
             "cost_per_hour", "cost_per_million_output_tokens", "pareto", "num_probes", "start_rate", "reused_from",
             "probes_saved_estimate", "reason")
 
@@ -158,7 +162,9 @@ def plan_csv(spec: PlanSpec, ranked: list[dict]) -> str:
     w.writerow(cols)
     for r in ranked:
         at, mem = r["at_max_rate"] or {}, r["memory"] or {}
-        flat = {**r, "ttft_s": at.get("ttft_s"), "tpot_s": at.get("tpot_s"), "attainment": at.get("attainment"),
+        conf = r.get("confirmation") or {}
+        flat = {**r, "search_max_rate": conf.get("search_max_rate"), "judged_requests": at.get("judged"),
+                "ttft_s": at.get("ttft_s"), "tpot_s": at.get("tpot_s"), "attainment": at.get("attainment"),
                 "kv_pool_tokens": mem.get("kv_pool_tokens"),
                 "max_full_length_requests": mem.get("max_full_length_requests")}
         if spec.clustered:

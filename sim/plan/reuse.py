@@ -136,10 +136,11 @@ def _bisect(evaluate, search, lo: dict, hi: dict, probes: list) -> dict:
     return bisect(evaluate, search.tolerance, lo, hi, probes, slack=_EPS)
 
 
-def search_from(evaluate, search, start: float) -> tuple[dict | None, list[dict]]:
-    """The warm search (module docstring): (highest passing probe or None, probes in order)."""
+def search_from(evaluate, search, start: float, first: dict | None = None) -> tuple[dict | None, list[dict]]:
+    """The warm search (module docstring): (highest passing probe or None, probes in order).
+    ``first``: the probe at ``start``, already run (its verdict decides the direction)."""
     start = min(max(start, search.min_rate), search.max_rate)
-    first = evaluate(start)
+    first = evaluate(start) if first is None else first
     probes, step = [first], search.tolerance
     if first["passed"]:
         lo = first

@@ -9,7 +9,8 @@
     target_rate: 20                   # requests/s the deployment must serve
     space: {gpu: [a100-80gb, h100-sxm], scheduler.max_num_seqs: [64, 256]}
     prices: {a100-80gb: 1.79}         # optional: $ per GPU-hour, over sim/plan/prices.yaml
-    search: {min_rate: 0.5, max_rate: 64, tolerance: 0.05, num_requests: 300}
+    search: {min_rate: 0.5, max_rate: 64, tolerance: 0.05, num_requests: 300,
+             min_duration_s: 60, warmup: 0.1, confirm_duration_s: 600}
 
 Every configuration (the cartesian product of ``space``, the last key fastest) must
 validate as a scenario (``parse_scenario``), or the plan is a ConfigError (exit 2) naming
@@ -36,7 +37,10 @@ from sim.plan.unit import PIPELINE_KEYS, check_cluster_key, check_modelled, is_c
 
 TOP_KEYS = ("name", "description", "scenario", "base", "slo", "target_rate", "space", "prices", "search")
 SLO_KEYS = ("ttft_s", "tpot_s", "percentile", "attainment")
-SEARCH_DEFAULTS = {"min_rate": 0.5, "max_rate": 64.0, "tolerance": 0.05, "num_requests": 600, "reuse": True}
+SEARCH_DEFAULTS = {"min_rate": 0.5, "max_rate": 64.0, "tolerance": 0.05, "num_requests": 600, "reuse": True,
+                   "min_duration_s": 60.0, "warmup": 0.1, "confirm_duration_s": 600.0}
+#: The most requests one probe (or confirmation run) simulates, however high its rate.
+MAX_PROBE_REQUESTS = 200_000
 #: Keys the plan itself sets in every probe: the space may not vary them.
 RESERVED = ("workload.arrival.rate", "workload.num_requests", "workload.duration_s", "seed", "slo")
 MAX_CONFIGS = 4096
@@ -55,8 +59,19 @@ class SearchSpec:
     min_rate: float
     max_rate: float
     tolerance: float  # relative width of the final bracket
-    num_requests: int  # per probe
+    num_requests: int  # per probe, at least (probe_requests)
     reuse: bool = True  # bracket reuse along a pool key (sim/plan/reuse.py)
+    # (a plan file's defaults are SEARCH_DEFAULTS'; these, none, are for searches built in code)
+    min_duration_s: float = 0.0  # a probe's arrivals span at least this many simulated seconds
+    warmup: float = 0.0  # share of a probe's requests (the earliest arrivals) not judged
+    confirm_duration_s: float = 0.0  # the answer's rate rerun this long (0: no confirmation run)
+
+    def probe_requests(self, rate: float, duration_s: float | None = None) -> int:
+        """Requests a probe at ``rate`` simulates: ``num_requests``, or more so that its arrivals
+        span ``duration_s`` (default ``min_duration_s``) simulated seconds; at most
+        MAX_PROBE_REQUESTS."""
+        span = self.min_duration_s if duration_s is None else duration_s
+        return int(min(max(self.num_requests, math.ceil(rate * span)), MAX_PROBE_REQUESTS))
 
 
 @dataclass(frozen=True)
@@ -127,7 +142,12 @@ def _search(path: str, raw) -> SearchSpec:
                    _number(path, "search.tolerance", raw["tolerance"], low=0, high=1),
                    _number(path, "search.num_requests", raw["num_requests"], low=10, low_open=False,
                            high=1_000_000, integer=True),
-                   raw["reuse"])
+                   raw["reuse"],
+                   _number(path, "search.min_duration_s", raw["min_duration_s"], low=0, low_open=False,
+                           high=86_400),
+                   _number(path, "search.warmup", raw["warmup"], low=0, low_open=False, high=0.5),
+                   _number(path, "search.confirm_duration_s", raw["confirm_duration_s"], low=0,
+                           low_open=False, high=86_400))
     if not isinstance(s.reuse, bool):
         raise ConfigError(path, "search.reuse", f"got {s.reuse!r}; expected true or false")
     if s.max_rate < s.min_rate:

@@ -180,12 +180,13 @@ class SweepStats:
 
 
 def run_sweep(plan: SweepPlan, out_dir: Path, executor, *, resume: bool = False,
-              on_done=None) -> SweepStats:
+              on_done=None, plotly: str = "inline") -> SweepStats:
     """Run the plan's pending points with ``executor`` and write results.csv and whatif.html.
 
     ``executor(tasks, on_result)`` calls ``on_result(record)`` in this process as each
     point finishes; each record is saved at once. ``on_done(record)`` (e.g. a progress
     bar) is called after saving; if it raises (KeyboardInterrupt), what is saved stays.
+    ``plotly``: where whatif.html's plotly.js comes from (sim/outputs/plotlyjs.py).
     """
     points_dir(out_dir).mkdir(parents=True, exist_ok=True)
     records = load_records(out_dir) if resume else {}
@@ -214,9 +215,10 @@ def run_sweep(plan: SweepPlan, out_dir: Path, executor, *, resume: bool = False,
     if tasks:
         executor(tasks, on_result)
     write_atomic(out_dir / "results.csv", results_csv(plan, records))
+    from sim.outputs.plotlyjs import script_tag
     from sim.sweep.whatif import render_whatif
 
-    write_atomic(out_dir / "whatif.html", render_whatif(plan, records))
+    write_atomic(out_dir / "whatif.html", render_whatif(plan, records, script_tag(plotly, out_dir)))
     statuses = [records[p.point_id]["status"] for p in plan.points]
     return SweepStats(len(plan.points), computed, reused, statuses.count("invalid"), statuses.count("error"),
                       records)

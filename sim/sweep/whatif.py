@@ -114,9 +114,10 @@ def _preset(keys, name, needs, xs, colors, metric, why) -> dict:
     return {"name": name, "x": x, "color": color, "metric": metric, "why": why}
 
 
-def render_whatif(plan: SweepPlan, records: dict[str, dict]) -> str:
+def render_whatif(plan: SweepPlan, records: dict[str, dict], plotly_script: str | None = None) -> str:
+    """``plotly_script``: the page's plotly.js ``<script>`` (default: inlined)."""
     data = json.dumps(page_data(plan, records), allow_nan=False).replace("</", "<\\/")
     title = f"kvsim what-if: {plan.points[0].data.get('name', plan.scenario_path)}"
     return (PAGE_TEMPLATE.replace("%%TITLE%%", html.escape(title))
-            .replace("%%PLOTLYJS%%", get_plotlyjs())
+            .replace("%%PLOTLYJS%%", plotly_script or f"<script>{get_plotlyjs()}</script>")
             .replace("%%DATA%%", data))

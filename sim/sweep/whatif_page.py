@@ -18,7 +18,7 @@ h1{font-size:1.5em;margin-bottom:.2em} .lead{color:#495057;margin-top:0}
 table{border-collapse:collapse;font-size:12px} td,th{padding:2px 8px;border-bottom:1px solid #e9ecef;text-align:left}
 tr.err td{color:#c92a2a} tr.inview td{background:#fff9db}
 </style>
-<script>%%PLOTLYJS%%</script>
+%%PLOTLYJS%%
 </head><body>
 <h1>%%TITLE%%</h1>
 <p class="lead" id="lead"></p>

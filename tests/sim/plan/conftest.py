@@ -21,7 +21,8 @@ TINY_PLAN = {
     "slo": {"ttft_s": 0.05, "tpot_s": 0.005, "percentile": 90, "attainment": 0.9},
     "target_rate": 100,
     "space": {"scheduler.max_num_seqs": [4, 16]},
-    "search": {"min_rate": 10, "max_rate": 1000, "tolerance": 0.05, "num_requests": 150},
+    "search": {"min_rate": 10, "max_rate": 1000, "tolerance": 0.05, "num_requests": 150,
+               "min_duration_s": 2, "confirm_duration_s": 8},
 }
 
 

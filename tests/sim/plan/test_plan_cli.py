@@ -59,18 +59,22 @@ def test_plan_writes_ranked_costed_files(planned, capsys):
 
 
 def test_done_when_the_best_rate_holds_at_0_9x_and_fails_at_1_2x(planned):
+    """At steady state: runs as long as the plan's confirmation (search.confirm_duration_s of
+    arrivals), judged past the same warm-up."""
     path, _, doc, _ = planned
     best = doc["configurations"][0]
     spec = load_plan(path)
     config = spec.configs[best["index"]]
     rate = best["max_rate"]
+    assert best["confirmation"]["max_rate"] == rate
 
     def plain_run(r):
         data = copy.deepcopy(config.data)
         data["workload"]["arrival"]["rate"] = r
+        data["workload"]["num_requests"] = spec.search.probe_requests(r, spec.search.confirm_duration_s)
         sc = parse_scenario(data, config.source)
         assert sc.seed == best["seed"] == 3
-        return judge(Simulation(sc).run(), spec.slo, r)
+        return judge(Simulation(sc).run(), spec.slo, r, spec.search.warmup)
 
     assert plain_run(0.9 * rate)["passed"]
     assert not plain_run(1.2 * rate)["passed"]

@@ -34,7 +34,8 @@ PP_PLAN = {
     "slo": {"ttft_s": 0.5, "tpot_s": 0.03, "percentile": 90, "attainment": 0.9},
     "target_rate": 60,
     "space": {"cluster.num_replicas": [1, 2]},
-    "search": {"min_rate": 4, "max_rate": 128, "tolerance": 0.1, "num_requests": 100},
+    "search": {"min_rate": 4, "max_rate": 128, "tolerance": 0.1, "num_requests": 100,
+               "min_duration_s": 4, "confirm_duration_s": 15},
 }
 RATE = 30.0  # a probe's rate: well loaded for one replica
 
@@ -108,8 +109,10 @@ def test_plan_ranks_and_costs_pipeline_units(pp_plan, write_plan, tmp_path, caps
         assert c["replicas"] == c["units"] * u["num_replicas"] and c["gpus"] == c["units"] * c["gpus_per_unit"]
         assert c["cost_per_hour"] == pytest.approx(c["gpus"] * c["price_per_gpu_hour"])
         best = c["at_max_rate"]
-        assert best["passed"] and best["completed"] == doc["search"]["num_requests"] and best["in_flight"] == 0
-        failing = [p for p in c["probes"] if not p["passed"] and p["rate"] > c["max_rate"]]
+        assert best["passed"] and best["completed"] == best["num_requests"] and best["in_flight"] == 0
+        assert best["num_requests"] == max(100, math.ceil(c["max_rate"] * 15))  # the confirmation's length
+        # the failing probe that bounds the answer is a confirmation (the search goes on at length)
+        failing = [p for p in c["confirmation"]["probes"] if not p["passed"] and p["rate"] > c["max_rate"]]
         assert failing and min(p["rate"] for p in failing) <= c["max_rate"] * (1 + doc["search"]["tolerance"]) + 1e-9
     # the 2-replica unit started its search at 2 x its one-replica twin's answer
     assert confs[1]["start_scale"] == 2 and confs[1]["start_rate"] == pytest.approx(2 * confs[0]["max_rate"])

@@ -64,6 +64,10 @@ def _plan(tiny_plan, write_plan, reuse=True, blocks=(32, 64, 128)):
     tiny_plan["base"]["engine"].pop("num_gpu_blocks_override")
     tiny_plan["space"] = {"scheduler.max_num_seqs": [4, 16], "engine.num_gpu_blocks_override": list(blocks)}
     tiny_plan["search"]["reuse"] = reuse
+    # probes of one fixed length and no confirmation run: the reuse guarantee is about one
+    # verdict function of the rate (a length growing with the rate makes the verdict another
+    # function at every rate, and a tiny plan's verdicts are noisy enough to cross back)
+    tiny_plan["search"].update(min_duration_s=0, confirm_duration_s=0)
     return load_plan(write_plan(tiny_plan, f"plan-{reuse}.yaml"))
 
 

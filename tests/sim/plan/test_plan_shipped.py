@@ -1,6 +1,7 @@
 """The issue's "done when" for every shipped plan: `sim plan` reports the best
-configuration's max rate R; plain `sim run` of that configuration (the CLI, the same seed
-and number of requests, `--set` of its values) meets the SLO at 0.9 R and misses it at 1.2 R.
+configuration's max rate R; plain `sim run` of that configuration (the CLI, the same seed,
+`--set` of its values, as many requests as the plan's confirmation run at that rate, judged
+past the same warm-up) meets the SLO at 0.9 R and misses it at 1.2 R.
 For plan-router.yaml the best configuration is a unit of several replicas: `sim run` runs
 the whole unit (ClusterSimulation), as the plan's probes did."""
 
@@ -37,14 +38,15 @@ def plain_run(spec, best, rate, out: Path) -> dict:
     scenario = scenario_file(spec, best, out.parent / "scenario")
     assert yaml.safe_load(scenario.read_text())["seed"] == best["seed"]  # sim run draws with the probes' seed
     sets = [f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in best["values"].items()]
-    sets += [f"workload.num_requests={spec.search.num_requests}", f"workload.arrival.rate={rate!r}"]
+    n = spec.search.probe_requests(rate, spec.search.confirm_duration_s)
+    sets += [f"workload.num_requests={n}", f"workload.arrival.rate={rate!r}"]
     args = ["run", str(scenario), "--out", str(out), "--no-report", "--steps", "none", "--quiet"]
     for s in sets:
         args += ["--set", s]
     assert main(args) == 0
     summary = json.loads((out / "summary.json").read_text())
     reqs = summary["requests"]
-    assert reqs["arrived"] == spec.search.num_requests == reqs["completed"] + reqs["rejected"] + reqs["in_flight"]
+    assert reqs["arrived"] == n == reqs["completed"] + reqs["rejected"] + reqs["in_flight"]
     unit = best.get("unit")
     if unit is not None and unit["num_replicas"] > 1:  # the whole unit ran, as in the probes
         assert summary["cluster"]["num_replicas"] == unit["num_replicas"] == len(summary["replicas"])
@@ -53,7 +55,9 @@ def plain_run(spec, best, rate, out: Path) -> dict:
             assert sum(r["requests"]["arrived"] for r in summary["replicas"]) == reqs["arrived"]
     with open(out / "requests.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == spec.search.num_requests
+    assert len(rows) == n
+    finished = sum(1 for r in rows if r["status"] == "finished")
+    rows = sorted(rows, key=lambda r: float(r["arrival_s"]))[int(spec.search.warmup * n):]  # past the warm-up
     done = [r for r in rows if r["status"] == "finished"]
     ttft = np.percentile([float(r["ttft_s"]) for r in done], spec.slo.percentile)
     tpots = [float(r["tpot_s"]) for r in done if r["tpot_s"] != ""]
@@ -61,7 +65,7 @@ def plain_run(spec, best, rate, out: Path) -> dict:
     met = sum(1 for r in done if float(r["ttft_s"]) <= spec.slo.ttft_s
               and (r["tpot_s"] == "" or float(r["tpot_s"]) <= spec.slo.tpot_s))
     attained = met / len(rows)
-    holds = (len(done) == len(rows) and ttft <= spec.slo.ttft_s and tpot <= spec.slo.tpot_s
+    holds = (finished == n and ttft <= spec.slo.ttft_s and tpot <= spec.slo.tpot_s
              and attained >= spec.slo.attainment)
     return {"holds": holds, "ttft": ttft, "tpot": tpot, "attained": attained}
 

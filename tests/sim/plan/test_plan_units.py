@@ -167,7 +167,7 @@ def test_a_unit_plan_end_to_end(planned_units):
     assert set(confs[3]["memory"]["pools"]) == {"prefill", "decode"}
     for c in confs.values():
         for p in c["probes"]:
-            assert p["completed"] + p["rejected"] + p["in_flight"] == 120
+            assert p["completed"] + p["rejected"] + p["in_flight"] == p["num_requests"] >= 120
             assert p["prefix_cache_hit_rate"] is not None
         if c["status"] == "feasible":
             assert c["gpus"] == c["units"] * c["unit"]["gpus"] == c["units"] * c["unit"]["num_replicas"]
