@@ -1,0 +1,54 @@
+"""What ``sim serve --out DIR`` writes when it has drained: each engine's run as ``sim run``
+writes one (summary.json, requests.csv, steps.csv, report.html; a replica's in
+``replica-<i>/``), built from the served engine's requests and step log, and serve.json: every
+request accounted for (arrived = completed + rejected by reason + aborted + in flight).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sim.engine.simulation import SimResult
+from sim.serve.engine import ABORT_REASON
+
+
+def sim_result(engine) -> SimResult:
+    """The served ``engine``'s run as a :class:`SimResult` (what outputs read)."""
+    p = engine.parts
+    return SimResult(
+        scenario=p.sc, plan=p.plan, calibration_name=p.cal.name, calibration_source=str(p.cal.source),
+        requests=engine.requests, steps=engine.core.steps, scheduler=engine.scheduler, preemptor=p.preemptor,
+        allocator=p.allocator, swap=p.swap, end_s=max(engine.t, engine.frontend.free_at if engine.frontend else 0.0),
+        calibration_label=p.cal.source_label, profile=p.profile, frontend=engine.frontend,
+        kernel_timing=p.cal.kernel_timing)
+
+
+def accounting(engines: list, lag_note: bool = True) -> dict:
+    """serve.json: the requests of every engine, and all of them together."""
+    rows = []
+    for e in engines:
+        s = e.stats
+        rejects = {k: v for k, v in sorted(s.rejects.items()) if k != ABORT_REASON}
+        rows.append({"arrived": s.arrived, "completed": s.completed, "rejected": sum(rejects.values()),
+                     "rejected_by_reason": rejects, "aborted": s.rejects.get(ABORT_REASON, 0),
+                     "in_flight": e.in_flight(), "steps": s.steps, "simulated_s": e.t,
+                     "max_lag_s": e.lag_s})
+    total = {k: sum(r[k] for r in rows) for k in ("arrived", "completed", "rejected", "aborted", "in_flight")}
+    return {"total": total, "engines": rows}
+
+
+def write_served(out_dir: Path, engines: list, stale, report: bool) -> None:
+    from sim.engine.logs.metrics import summarize
+    from sim.outputs.files import write_outputs, write_run
+
+    for i, e in enumerate(engines):
+        folder = out_dir if len(engines) == 1 else out_dir / f"replica-{i}"
+        result = sim_result(e)
+        summary = summarize(result)
+        write_run(folder, summary, result, None, stale if folder == out_dir else ())
+        if report:
+            from sim.outputs.report import render_report
+
+            write_outputs(folder, {"report.html": render_report(result, summary, e.parts.cal)})
+    write_outputs(out_dir, {"serve.json": json.dumps(accounting(engines), indent=2) + "\n"})
