@@ -65,7 +65,7 @@ def run_serve(args) -> int:
     if args.out:
         from sim.outputs.files import prepare_out_dir, run_files
 
-        stale = prepare_out_dir(Path(args.out), run_files(report=not args.no_report) + ["serve.json"],
+        stale = prepare_out_dir(Path(args.out), run_files(report=not args.no_report) + ["serve.json", "arrivals.csv"],
                                 force=args.force)
 
     def ready(port: int) -> None:

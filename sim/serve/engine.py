@@ -89,6 +89,7 @@ class ServedEngine:
         self.core = EngineStep(sched, parts.allocator, _NoTurns(), StepLog(), PredictedRunner(parts.cost),
                                clock=lambda: self.t)
         self.t = 0.0  # the engine's simulated time: the end of its last step, or its last wake-up
+        self._arrived: deque[Request] = deque()  # stamped, not yet through the front end's intake
         self._pending: list = []  # (reaches the engine at, request id, request): heap
         self.tickets: dict[int, Ticket] = {}
         self._aborts: list[Request] = []
@@ -101,15 +102,14 @@ class ServedEngine:
 
     def outstanding(self) -> int:
         """Requests routed here and not yet done (the router's least-outstanding reads it)."""
-        return len(self._pending) + self.scheduler.num_unfinished
+        return len(self._arrived) + len(self._pending) + self.scheduler.num_unfinished
 
     def submit(self, req: Request) -> Ticket:
         """``req`` (its arrival already stamped) arrives; its ticket carries what happens to it."""
         req.request_id = len(self.requests)
         self.requests.append(req)
         ticket = self.tickets[req.request_id] = Ticket(req)
-        ready = self.frontend.receive(req.arrival_s, req.num_prompt_tokens) if self.frontend else req.arrival_s
-        heapq.heappush(self._pending, (ready, req.request_id, req))
+        self._arrived.append(req)
         self.stats.arrived += 1
         self._wake.set()
         return ticket
@@ -136,15 +136,27 @@ class ServedEngine:
         else:
             self.lag_s = max(self.lag_s, -delay * self.clock.scale)
 
+    def _receive(self, t: float) -> None:
+        """The front end's intake of the requests that arrived by ``t``, in arrival order: the
+        simulation's order of events (an arrival within a step is taken in before the step's
+        tokens are streamed, one after it after them), whenever the loop gets to them."""
+        arrived, fe, pending = self._arrived, self.frontend, self._pending
+        while arrived and arrived[0].arrival_s <= t:
+            req = arrived.popleft()
+            ready = fe.receive(req.arrival_s, req.num_prompt_tokens) if fe is not None else req.arrival_s
+            heapq.heappush(pending, (ready, req.request_id, req))
+
     async def _idle(self) -> bool:
         """Wait for a request to reach the engine; False when draining and nothing is left."""
-        while not self._pending:
+        while not self._pending and not self._arrived:
             if self._aborts:
                 return True  # the loop takes them out: that may free what a stuck step needs
             if self.stopping:
                 return False
             self._wake.clear()
             await self._wake.wait()
+        if not self._pending:
+            self._receive(self._arrived[0].arrival_s)
         ready = self._pending[0][0]
         if ready > self.t:  # (the front end still holds it)
             await self._until(ready)
@@ -159,6 +171,7 @@ class ServedEngine:
                 if not await self._idle():
                     return
                 stuck = False
+            self._receive(self.t)
             self._admit(self.t)
             if self._aborts:
                 self._apply_aborts()
@@ -170,6 +183,7 @@ class ServedEngine:
                 end += wait.seconds
             await self._until(end)
             self.t = end
+            self._receive(end)
             after = core.end(step, end)
             if step.ran:
                 self._deliver(end, after.finished)

@@ -34,7 +34,7 @@ def render(engines: list[ServedEngine], model_name: str, now_s: float) -> str:
     family("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
            per_engine(lambda e: len(e.scheduler.running)))
     family("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
-           per_engine(lambda e: len(e.scheduler.waiting) + len(e._pending)))
+           per_engine(lambda e: len(e.scheduler.waiting) + len(e._arrived) + len(e._pending)))
     family("vllm:num_requests_swapped", "gauge", "Number of requests swapped out to CPU.",
            per_engine(lambda e: len(e.scheduler.swapped)))
     family("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",

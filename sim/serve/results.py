@@ -1,7 +1,10 @@
 """What ``sim serve --out DIR`` writes when it has drained: each engine's run as ``sim run``
 writes one (summary.json, requests.csv, steps.csv, report.html; a replica's in
 ``replica-<i>/``), built from the served engine's requests and step log, and serve.json: every
-request accounted for (arrived = completed + rejected by reason + aborted + in flight).
+request accounted for (arrived = completed + rejected by reason + aborted + in flight), and
+arrivals.csv: every request that reached an engine as a trace (arrival time from the first,
+prompt and output tokens; full precision), so ``sim run`` can replay what the clients sent
+(``workload: {trace: {path: arrivals.csv}}``; prompts' shared prefixes are not in it).
 """
 
 from __future__ import annotations
@@ -38,6 +41,14 @@ def accounting(engines: list, lag_note: bool = True) -> dict:
     return {"total": total, "engines": rows}
 
 
+def arrivals_csv(engines: list) -> str:
+    """The served requests as a trace, in arrival order."""
+    rows = sorted((r.arrival_s, r.num_prompt_tokens, r.num_output_tokens) for e in engines for r in e.requests)
+    t0 = rows[0][0] if rows else 0.0
+    return "arrived_at,num_prefill_tokens,num_decode_tokens\n" + "".join(
+        f"{a - t0!r},{p},{o}\n" for a, p, o in rows)
+
+
 def write_served(out_dir: Path, engines: list, stale, report: bool) -> None:
     from sim.engine.logs.metrics import summarize
     from sim.outputs.files import write_outputs, write_run
@@ -51,4 +62,7 @@ def write_served(out_dir: Path, engines: list, stale, report: bool) -> None:
             from sim.outputs.report import render_report
 
             write_outputs(folder, {"report.html": render_report(result, summary, e.parts.cal)})
-    write_outputs(out_dir, {"serve.json": json.dumps(accounting(engines), indent=2) + "\n"})
+    files = {"serve.json": json.dumps(accounting(engines), indent=2) + "\n"}
+    if any(len(e.requests) for e in engines):  # (a trace needs a row)
+        files["arrivals.csv"] = arrivals_csv(engines)
+    write_outputs(out_dir, files)
