@@ -87,6 +87,9 @@ class Server:
             body = await request.json()
         except (ValueError, UnicodeDecodeError):
             return _error(400, "the request body is not valid JSON", "BadRequestError")
+        # It arrives now, its body read: from here to submit nothing awaits, so requests
+        # reach the engine in the order of their arrival times.
+        arrived = self.clock.now()
         try:
             ask = parse_ask(body, chat, self.max_model_len)
         except BadRequest as e:
@@ -94,23 +97,24 @@ class Server:
         if ask.model and ask.model != self.model_name:
             return _error(404, f"The model `{ask.model}` does not exist (this server serves "
                                f"`{self.model_name}`).", "NotFoundError", "model")
-        req = Request(0, self.clock.now(), ask.segments, ask.max_tokens, ask.max_tokens)
+        req = Request(0, arrived, ask.segments, ask.max_tokens, ask.max_tokens)
         engine = self.engines[self.router.pick(req)] if self.router is not None else self.engines[0]
         ticket = engine.submit(req)
         self.active += 1
         try:
-            return await self._answer(request, ask, ticket)
+            return await self._answer(request, ask, ticket, engine)
         finally:  # (a cancelled handler: the client went away)
             self.active -= 1
             engine.abort(ticket)  # nothing if it is done
 
-    async def _answer(self, request: web.Request, ask, ticket) -> web.StreamResponse:
+    async def _answer(self, request: web.Request, ask, ticket, engine) -> web.StreamResponse:
         kind, value = await ticket.next()
         if kind == "rejected":
             status = _PERMANENT.get(value, 503)
             return _error(status, f"the simulated engine refused the request: {value}",
                           "BadRequestError" if status == 400 else "ServiceUnavailableError", value)
-        rid = ("chatcmpl-" if ask.chat else "cmpl-") + uuid.uuid4().hex
+        # the id names the engine and its request (the row of requests.csv), then is unique
+        rid = f"{'chatcmpl' if ask.chat else 'cmpl'}-{engine.name}-{ticket.req.request_id}-{uuid.uuid4().hex[:16]}"
         created = int(time.time())
         if not ask.stream:
             while kind != "done":
@@ -120,28 +124,51 @@ class Server:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         obj = "chat.completion.chunk" if ask.chat else "text_completion"
-        n = 0
+        head = self._head(rid, obj, created)
+        middle = _CHAT_MIDDLE if ask.chat else _TEXT_MIDDLE
+        n, stats, events = 0, engine.stats, ticket.events
         while kind != "done":
-            await self.clock.until(value)
-            text = FILLER[n % len(FILLER)]
-            n += 1
-            last = n == ask.max_tokens
-            if ask.chat:
-                delta = {"role": "assistant", "content": text} if n == 1 else {"content": text}
-                choice = {"index": 0, "delta": delta, "logprobs": None,
-                          "finish_reason": "length" if last else None}
-            else:
-                choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length" if last else None,
-                          "stop_reason": None}
-            await self._event(resp, {"id": rid, "object": obj, "created": created, "model": self.model_name,
-                                     "choices": [choice]})
-            kind, value = await ticket.next()
+            due = value
+            await self.clock.until(due)
+            out = []
+            while True:  # this token, and any others already due (a loop that fell behind)
+                n += 1
+                if 1 < n < ask.max_tokens:
+                    out.append(head + middle[(n - 1) % len(FILLER)])
+                else:
+                    out.append(head + self._choice(ask.chat, n, n == ask.max_tokens))
+                kind, value = events.popleft() if events else (None, None)
+                if kind != "token" or value > self.clock.now():
+                    break
+            await resp.write(b"".join(out))
+            if n == len(out):  # the first token went out
+                stats.first_written(self.clock.now() - due)
+            if kind is None:
+                kind, value = await ticket.next()
         if ask.include_usage:
             await self._event(resp, {"id": rid, "object": obj, "created": created, "model": self.model_name,
                                      "choices": [], "usage": self._usage(ask, n)})
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
+
+    def _head(self, rid: str, obj: str, created: int) -> bytes:
+        """A stream's chunks up to their choice: ``data: {"id":...,"choices":[``."""
+        return (b"data: " + json.dumps({"id": rid, "object": obj, "created": created,
+                                        "model": self.model_name}, separators=(",", ":")).encode()[:-1]
+                + b',"choices":[')
+
+    @staticmethod
+    def _choice(chat: bool, n: int, last: bool) -> bytes:
+        """The n-th token's choice and the chunk's end."""
+        text = FILLER[(n - 1) % len(FILLER)]
+        if chat:
+            delta = {"role": "assistant", "content": text} if n == 1 else {"content": text}
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": "length" if last else None}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length" if last else None,
+                      "stop_reason": None}
+        return json.dumps(choice, separators=(",", ":")).encode() + b"]}\n\n"
 
     @staticmethod
     async def _event(resp: web.StreamResponse, payload: dict) -> None:
@@ -163,3 +190,8 @@ class Server:
             obj = "text_completion"
         return {"id": rid, "object": obj, "created": created, "model": self.model_name, "choices": [choice],
                 "usage": self._usage(ask, n)}
+
+
+# the n-th token (1 < n < max_tokens) is FILLER[(n - 1) % len(FILLER)]: _TEXT_MIDDLE[(n - 1) % len(FILLER)]
+_TEXT_MIDDLE = tuple(Server._choice(False, i + 1, False) for i in range(len(FILLER)))
+_CHAT_MIDDLE = tuple(Server._choice(True, i + 1 + len(FILLER), False) for i in range(len(FILLER)))

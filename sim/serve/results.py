@@ -27,7 +27,7 @@ def sim_result(engine) -> SimResult:
         kernel_timing=p.cal.kernel_timing)
 
 
-def accounting(engines: list, lag_note: bool = True) -> dict:
+def accounting(engines: list) -> dict:
     """serve.json: the requests of every engine, and all of them together."""
     rows = []
     for e in engines:
@@ -36,9 +36,14 @@ def accounting(engines: list, lag_note: bool = True) -> dict:
         rows.append({"arrived": s.arrived, "completed": s.completed, "rejected": sum(rejects.values()),
                      "rejected_by_reason": rejects, "aborted": s.rejects.get(ABORT_REASON, 0),
                      "in_flight": e.in_flight(), "steps": s.steps, "simulated_s": e.t,
-                     "max_lag_s": e.lag_s})
+                     "max_lag_s": e.lag_s,
+                     "first_token_write_late_s": {
+                         "mean": s.first_late_sum / s.first_late_n if s.first_late_n else 0.0,
+                         "max": s.first_late_max, "streams": s.first_late_n}})
     total = {k: sum(r[k] for r in rows) for k in ("arrived", "completed", "rejected", "aborted", "in_flight")}
-    return {"total": total, "engines": rows}
+    clock = engines[0].clock
+    # simulated time t was at monotonic (time.monotonic()) clock_t0 + t / time_scale
+    return {"total": total, "engines": rows, "time_scale": clock.scale, "clock_t0_monotonic": clock.t0}
 
 
 def arrivals_csv(engines: list) -> str:

@@ -63,6 +63,11 @@ class ServeStats:
         self.e2e = Histogram(E2E_BUCKETS)
         self.queue = Histogram(E2E_BUCKETS)
         self._last: dict[int, float] = {}  # request id -> when its latest token was delivered
+        #: how late the HTTP side wrote streams' first tokens (simulated seconds past due): the
+        #: server's own part of the difference between a client's TTFT and the simulator's
+        self.first_late_n = 0
+        self.first_late_sum = 0.0
+        self.first_late_max = 0.0
 
     def token(self, req, at: float) -> None:
         self.generation_tokens += 1
@@ -80,6 +85,11 @@ class ServeStats:
         self.e2e.observe(done_at - req.arrival_s)
         if req.admitted_s is not None:
             self.queue.observe(req.admitted_s - req.arrival_s)
+
+    def first_written(self, late_s: float) -> None:
+        self.first_late_n += 1
+        self.first_late_sum += late_s
+        self.first_late_max = max(self.first_late_max, late_s)
 
     def rejected(self, reason: str) -> None:
         self.rejects[reason] += 1

@@ -59,7 +59,7 @@ async def _load(base: str, rows, prompts):
         sent = loop.time()
         stream = await client.completions.create(model="llama-3-8b", prompt=prompts[i], max_tokens=out,
                                                  stream=True, stream_options={"include_usage": True})
-        first = last = None
+        first = last = rid = None
         chunks, usage = 0, None
         async for chunk in stream:
             if chunk.choices and chunk.choices[0].text:
@@ -68,7 +68,8 @@ async def _load(base: str, rows, prompts):
                 chunks += 1
             if chunk.usage is not None:
                 usage = chunk.usage
-        return sent, first, last, chunks, usage
+            rid = chunk.id  # cmpl-<engine>-<request id>-<unique>
+        return sent, first, last, chunks, usage, int(rid.split("-")[2])
 
     times = await asyncio.gather(*(one(i) for i in range(len(rows))))
     async with aiohttp.ClientSession() as http:
@@ -111,10 +112,9 @@ def test_clients_measure_what_sim_run_says(tmp_path, rng):
     assert summary["requests"]["completed"] == N + 1 and (out / "report.html").stat().st_size > 0
     everything = _csv(out / "requests.csv")
     assert len(everything) == N + 1
-    reqs = everything[1:]  # after the warm-up
 
     # every request streamed exactly max_tokens tokens and was counted so
-    for (_, p, o), (_, _, _, chunks, usage) in zip(rows, times):
+    for (_, p, o), (_, _, _, chunks, usage, _) in zip(rows, times):
         assert chunks == o and usage.completion_tokens == o and usage.prompt_tokens == p
 
     # 1. the served engine's timeline is sim run's on the arrivals the server stamped
@@ -129,9 +129,10 @@ def test_clients_measure_what_sim_run_says(tmp_path, rng):
 
     # 2. what the clients measured, in simulated seconds, is the served engine's figures
     late, median_late, early = LATE_WALL_S * SCALE, MEDIAN_LATE_WALL_S * SCALE, EARLY_WALL_S * SCALE
-    by_send = sorted(zip(times, rows), key=lambda x: x[0][0])  # the server numbered them as they came
     client_ttft, lateness = [], []
-    for ((sent, first, last, _, _), _), req in zip(by_send, reqs):
+    assert sorted(t[5] for t in times) == list(range(1, N + 1))  # each answer names its request
+    for sent, first, last, _, _, rid in times:  # in the order of rows
+        req = everything[rid]
         client_ttft.append((first - sent) * SCALE)
         for measured, simulated in ((client_ttft[-1], float(req["ttft_s"])), ((last - sent) * SCALE,
                                                                                float(req["e2e_s"]))):
@@ -142,10 +143,9 @@ def test_clients_measure_what_sim_run_says(tmp_path, rng):
     # 3. and sim run's on the arrivals intended (the sends' own jitter on top)
     intended = _sim_run(tmp_path, "intended", rows)
     sim_ttft = [float(r["ttft_s"]) for r in intended]
-    ttft_by_row = [t for _, t in sorted(zip([r for _, r in by_send], client_ttft), key=lambda x: x[0][0])]
-    diffs = sorted(abs(a - b) for a, b in zip(ttft_by_row, sim_ttft))
+    diffs = sorted(abs(a - b) for a, b in zip(client_ttft, sim_ttft))
     assert diffs[len(diffs) // 2] <= median_late  # the median request within the jitter
-    assert abs(sum(ttft_by_row) - sum(sim_ttft)) / N <= median_late
+    assert abs(sum(client_ttft) - sum(sim_ttft)) / N <= median_late
 
     # 4. /metrics says the same, under vLLM's names
     fam = {f.name: f for f in text_string_to_metric_families(metrics)}
