@@ -15,6 +15,8 @@ largest difference between the served engine's TTFTs and `sim run`'s (the engine
 exactness). Repeat with --repeats for the spread.
 
     python benchmarks/serve_ttft.py --clients 200 --requests 3 --repeats 3
+    python benchmarks/serve_ttft.py --clients 200 --requests 3 --rate 100   # open loop, staggered
+    SERVE_PROFILE=/tmp/serve.prof python benchmarks/serve_ttft.py ...        # the server under cProfile
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def start_server(scenario: str, scale: float, out: Path, extra: list[str]):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "sim.cli", "serve", scenario, "--port", "0", "--time-scale",
+    profile = ["-m", "cProfile", "-o", os.environ["SERVE_PROFILE"]] if os.environ.get("SERVE_PROFILE") else []
+    proc = subprocess.Popen([sys.executable, *profile, "-m", "sim.cli", "serve", scenario, "--port", "0", "--time-scale",
                              str(scale), "--out", str(out), "--force", *extra],
                             stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
     line = proc.stderr.readline()
@@ -98,6 +101,16 @@ async def load(base: str, args) -> list:
             await asyncio.gather(*(openai_client(base, p, args.max_tokens, args.requests, results, client)
                                    for p in prompts))
             await client.close()
+        elif args.rate:  # open loop: request i sent at i / rate, whatever is in flight
+            loop = asyncio.get_running_loop()
+            start = loop.time() + 0.1
+            flat = [p for ps in prompts for p in ps]
+
+            async def at(i, p):
+                await asyncio.sleep(max(0.0, start + i / args.rate - loop.time()))
+                await raw_client(base, [p], args.max_tokens, 1, results, session)
+
+            await asyncio.gather(*(at(i, p) for i, p in enumerate(flat)))
         else:
             await asyncio.gather(*(raw_client(base, p, args.max_tokens, args.requests, results, session)
                                    for p in prompts))
@@ -177,6 +190,8 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--time-scale", type=float, default=1.0)
     p.add_argument("--client", choices=("raw", "openai"), default="raw")
+    p.add_argument("--rate", type=float, default=0.0,
+                   help="open loop instead: clients x requests requests at this many per wall second (raw client)")
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("serve_args", nargs="*", help="more `sim serve` flags (after --)")
     args = p.parse_args()
