@@ -123,6 +123,16 @@ class Server:
             return web.json_response(self._whole(ask, rid, created, ticket.req.num_generated))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
+        try:
+            await self._stream(resp, ask, ticket, engine, rid, created, value)
+        except ConnectionResetError:  # the client went away mid-write: the caller aborts its request
+            pass
+        return resp
+
+    async def _stream(self, resp: web.StreamResponse, ask, ticket, engine, rid: str, created: int,
+                      value: float) -> None:
+        """Write the tokens as they come due, from the first (due at ``value``)."""
+        kind = "token"
         obj = "chat.completion.chunk" if ask.chat else "text_completion"
         head = self._head(rid, obj, created)
         middle = _CHAT_MIDDLE if ask.chat else _TEXT_MIDDLE
@@ -150,7 +160,6 @@ class Server:
                                      "choices": [], "usage": self._usage(ask, n)})
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
-        return resp
 
     def _head(self, rid: str, obj: str, created: int) -> bytes:
         """A stream's chunks up to their choice: ``data: {"id":...,"choices":[``."""

@@ -83,3 +83,29 @@ def test_replicas_behind_the_router_and_a_drain_on_sigterm(tmp_path):
         summary = json.loads((out / f"replica-{i}" / "summary.json").read_text())
         assert summary["requests"]["completed"] == 2 and (out / f"replica-{i}" / "report.html").exists()
     assert len((out / "arrivals.csv").read_text().splitlines()) == 5
+
+
+def test_a_stream_cut_short_is_counted_aborted_without_noise(tmp_path):
+    scenario = write_scenario(tmp_path, [(0.0, 10, 10)])
+    server = ServeProcess(scenario)
+
+    async def client():
+        body = {"model": MODEL, "prompt": "go on", "max_tokens": 2000, "stream": True}
+        async with aiohttp.ClientSession() as http:
+            async with http.post(server.base + "/v1/completions", json=body) as r:
+                got = 0
+                async for line in r.content:
+                    got += line.startswith(b"data: {")
+                    if got == 5:
+                        break  # and the connection is dropped
+            await asyncio.sleep(0.2)
+            async with http.get(server.base + "/metrics") as r:
+                return got, await r.text()
+
+    got, metrics = asyncio.run(client())
+    status, stderr = server.stop()
+    assert status == 0 and got == 5
+    assert "drained: 1 arrived = 0 completed + 0 rejected + 1 aborted + 0 in flight" in stderr
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 2, stderr
+    fam = {f.name: f for f in text_string_to_metric_families(metrics)}
+    assert fam["vllm:kv_cache_usage_perc"].samples[0].value == 0.0  # its blocks were freed
