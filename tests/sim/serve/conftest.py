@@ -49,7 +49,10 @@ def run_served(scenario: str, client, *, time_scale: float = 1.0, overrides=(), 
         port = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(serve(sc, host="127.0.0.1", port=0, time_scale=time_scale, stop=stop,
                                          ready=port.set_result, **kw))
-        base = f"http://127.0.0.1:{await port}"
+        await asyncio.wait((port, task), return_when=asyncio.FIRST_COMPLETED)
+        if not port.done():
+            await task  # it failed before listening: its error
+        base = f"http://127.0.0.1:{port.result()}"
         try:
             result = await client(base)
         finally:
