@@ -40,8 +40,9 @@ def _check(args) -> None:
         raise ConfigError("--port", str(args.port), "must be 0..65535")
     if args.replicas is not None and not 1 <= args.replicas <= 256:
         raise ConfigError("--replicas", str(args.replicas), "must be 1..256")
-    if args.max_waiting is not None and args.max_waiting < 0:
-        raise ConfigError("--max-waiting", str(args.max_waiting), "must be >= 0")
+    if args.max_waiting is not None and args.max_waiting < 1:
+        raise ConfigError("--max-waiting", str(args.max_waiting), "must be >= 1 (a request that finds that many "
+                                                                  "waiting gets a 503)")
 
 
 def run_serve(args) -> int:

@@ -25,7 +25,7 @@ MODEL = "llama-3-8b"
     (["--time-scale", "nan"], "--time-scale"),
     (["--port", "70000"], "--port"),
     (["--replicas", "0"], "--replicas"),
-    (["--max-waiting", "-1"], "--max-waiting"),
+    (["--max-waiting", "0"], "--max-waiting"),
     (["--set", "engine.pipeline_parallel_size=2"], "engine.pipeline_parallel_size"),
 ])
 def test_bad_input_is_one_line(tmp_path, capsys, flags, key):
