@@ -131,10 +131,9 @@ class ServedEngine:
     async def _until(self, t: float) -> None:
         """Sleep until the wall clock reaches simulated time ``t``."""
         delay = self.clock.wall_delay(t)
-        if delay > 0:
-            await asyncio.sleep(delay)
-        else:
+        if delay <= 0:  # behind: still let the HTTP side run (write tokens, take requests) once
             self.lag_s = max(self.lag_s, -delay * self.clock.scale)
+        await asyncio.sleep(max(delay, 0.0))
 
     def _receive(self, t: float) -> None:
         """The front end's intake of the requests that arrived by ``t``, in arrival order: the
