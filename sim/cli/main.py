@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     from sim.cli.catalog import add_catalog_parsers
     from sim.cli.kv import add_kv_parser
     from sim.cli.plan import add_plan_parser
+    from sim.cli.serve import add_serve_parser
     from sim.cli.sweep import add_compare_parser, add_sweep_parser
     from sim.cli.validate import add_validate_parser
 
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_compare_parser(sub)
     add_plan_parser(sub)
     add_validate_parser(sub)
+    add_serve_parser(sub)
     add_catalog_parsers(sub)
     return parser
 
@@ -151,6 +153,10 @@ def _dispatch(args) -> int:
         from sim.cli.plan import run_plan_command
 
         return run_plan_command(args)
+    if args.command == "serve":
+        from sim.cli.serve import run_serve
+
+        return run_serve(args)
     if args.command == "validate":
         from validation.cli import run_validate
 
