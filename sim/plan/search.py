@@ -185,6 +185,9 @@ def evaluate_config(config, slo, search, start: float | None = None, neighbour: 
         if best is not None and search.confirm_duration_s > 0:
             best, checks = confirm(lambda r: evaluate(r, search.confirm_duration_s), search, best)
             record["confirmation"] = confirmation_record(search, short_best, best, checks)
+    except ConfigError as exc:  # what sim run refuses at start (e.g. V0's virtual engines' 1/pp pools)
+        record.update(status="infeasible", reason=exc.message)
+        return record
     except Exception as exc:  # noqa: BLE001 -- recorded; the other configurations go on
         record.update(status="error", reason=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
         return record

@@ -127,3 +127,15 @@ def test_sim_plan_prints_the_note_before_it_searches(tiny_plan, write_plan, tmp_
     captured = capsys.readouterr()
     assert captured.err.startswith("plan: 202 configurations to search: about ")
     assert "infeasible 202" in captured.out
+
+
+def test_what_sim_run_refuses_at_start_is_infeasible_not_an_error(tiny_plan, write_plan):
+    """vLLM V0's pipeline parallelism gives each virtual engine 1/pp of the pool: 48 blocks
+    hold one 512-token request, 24 do not. The memory plan passes; the engine refuses."""
+    tiny_plan["base"]["engine"] = {"profile": "vllm-v0", "max_model_len": 512, "num_gpu_blocks_override": 48,
+                                   "pipeline_parallel_size": 2}
+    tiny_plan["space"] = {"scheduler.max_num_seqs": [4]}
+    spec = load_plan(write_plan(tiny_plan))
+    rec = evaluate_config(spec.configs[0], spec.slo, spec.search)
+    assert rec["status"] == "infeasible" and rec["probes"] == []
+    assert "virtual engines" in rec["reason"] and "traceback" not in rec
