@@ -95,6 +95,16 @@ class BlockPool:
     def get_cached(self, h: int) -> int | None:
         return self._cached.get(h)
 
+    def num_cached_prefix(self, hashes: list[int]) -> int:
+        """How many of ``hashes``, from the first, ``get_cached`` finds (a prefix lookup)."""
+        cached = self._cached
+        n = 0
+        for h in hashes:
+            if h not in cached:
+                break
+            n += 1
+        return n
+
     def _unmap(self, block: int, h: int) -> None:
         """``block`` leaves the hash map under ``h`` (if it is there: the map may point at
         another block by now); the next cached duplicate, if any, is found from now on."""
@@ -144,6 +154,22 @@ class BlockPool:
             self.block_hash[block] = h
             if self._cached_apart:
                 self._free.on_cached(block)
+
+    def cache_many(self, blocks, hashes) -> None:
+        """``cache(block, h)`` for each block and its hash, in order (one call for a request's
+        newly full blocks)."""
+        block_hash, cached, duplicates, apart = self.block_hash, self._cached, self.duplicates, self._cached_apart
+        for block, h in zip(blocks, hashes):
+            if block_hash[block] is None:
+                if h not in cached:
+                    cached[h] = block
+                elif duplicates:
+                    self._more.setdefault(h, {})[block] = None
+                else:
+                    continue
+                block_hash[block] = h
+                if apart:
+                    self._free.on_cached(block)
 
     def cache_anon(self, blocks: list[int]) -> None:
         """``cache`` each of ``blocks`` (all without a hash) under hashes no lookup asks for."""

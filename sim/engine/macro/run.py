@@ -160,7 +160,8 @@ class DecodeRun:
         idle = idle0 = math.inf if core.last_end_s is None else t - core.last_end_s
         n = b.n
         fast = self._decode_fn(n)
-        plain, B, crossings, fins = b.plain, b.B, b.cross, b.fin
+        plain, ring, B, crossings, fins = b.plain, b.ring, b.B, b.cross, b.fin
+        pool = alloc.pool
         # The row's gauges, refreshed where they change (a plain crossing takes one block each).
         allocated, cached_free = alloc.num_allocated_slots(), alloc.num_cached_free_slots()
         frag = alloc.num_external_fragmentation_slots()
@@ -182,8 +183,10 @@ class DecodeRun:
                 crossed = b.cross_at(k)
                 if not crossed:
                     break  # an allocation might fail and preempt: the normal path decides
-                if plain:  # one block each
+                if ring:  # one block each (evicting the hashes some carried: the pool counts them)
                     allocated += B * crossed
+                    if not plain:
+                        cached_free = pool.num_cached_free * B
                 else:
                     allocated, cached_free = alloc.num_allocated_slots(), alloc.num_cached_free_slots()
             kv = b.s_comp + n  # decode_kv_tokens: sum(computed + 1)
