@@ -39,6 +39,7 @@ class BlockPool:
         self.block_hash: list[int | None] = [None] * num_blocks
         self._free = make_free_queue(eviction, num_blocks, unhashed_first=unhashed_first)
         self._push_hashed = self._free.push_hashed
+        self._pop_blank = getattr(self._free, "pop_blank", None)  # a queue whose front holds only blank blocks
         self._cached_apart = self._free.cached_apart  # the queue must hear of each newly cached block
         self._cached: dict[int, int] = {}  # hash -> block id (the first cached of those that hold it)
         #: ``duplicates`` (vLLM): a block whose content another block already holds is cached
@@ -61,6 +62,14 @@ class BlockPool:
         """Take ``count`` blocks off the front of the free queue, in order, for new content
         (each still carrying a hash is evicted: one call for a request's new blocks)."""
         # Popping all first is the same: the queue's order does not depend on the hashes.
+        pop_blank = self._pop_blank
+        if pop_blank is not None:
+            blocks = pop_blank(count)
+            if blocks is not None:  # blank blocks only (vLLM 0.33's queue front): nothing to evict
+                ref_cnt = self.ref_cnt
+                for block in blocks:
+                    ref_cnt[block] = 1
+                return blocks
         blocks = self._free.pop_many(count)
         block_hash, ref_cnt = self.block_hash, self.ref_cnt
         if count == 1:  # a decode's new block

@@ -154,6 +154,7 @@ class DecodeRun:
         step_time = sim.cost.step_time_s
         fe = sim.frontend
         token_s = fe.token_s if fe is not None else 0.0
+        one_cpu = fe is not None and fe.servers == 1
         next_input = self._next_input
         t_next = next_input() if stepwise else env.peek()
         t = env.now
@@ -261,7 +262,10 @@ class DecodeRun:
             else:
                 doubles += (t_end, t_end - t, 0.0)  # the step's duration as the clock saw it (not d)
                 counts += row
-                if fe is not None:
+                if one_cpu and not produced and finished is None:  # FrontEnd._run on its one CPU, inlined
+                    fe.busy_s += token_s * n
+                    fe.free_at = (fe.free_at if fe.free_at > t_end else t_end) + token_s * n
+                elif fe is not None:
                     stream(fe, t_end, token_s * (n + len(produced)), produced, finished)
             t = t_end
             k += 1
