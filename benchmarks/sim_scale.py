@@ -18,7 +18,9 @@ in benchmarks/RESULTS.md with the machine, date, versions and working-tree state
 the old and the new tree alternately, ``--repeats`` pairs (default 3 with a baseline), so
 that both see the same load on a shared machine; the table gets a row per tree and run and
 each case a line with the speedup (old wall / new wall, of the whole command and of the
-simulation alone): median and range over the pairs.
+simulation alone): median and range over the pairs. The baseline runs with no ``PYTHONPATH``
+(one naming the working tree would run it in the baseline's place) and the working tree with
+``PYTHONPATH`` set to it; the header prints where each tree's ``sim`` is imported from.
 """
 
 from __future__ import annotations
