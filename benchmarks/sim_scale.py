@@ -18,7 +18,9 @@ in benchmarks/RESULTS.md with the machine, date, versions and working-tree state
 the old and the new tree alternately, ``--repeats`` pairs (default 3 with a baseline), so
 that both see the same load on a shared machine; the table gets a row per tree and run and
 each case a line with the speedup (old wall / new wall, of the whole command and of the
-simulation alone): median and range over the pairs.
+simulation alone): median and range over the pairs. The baseline runs with no ``PYTHONPATH``
+(one naming the working tree would run it in the baseline's place) and the working tree with
+``PYTHONPATH`` set to it; the header prints where each tree's ``sim`` is imported from.
 """
 
 from __future__ import annotations
@@ -52,13 +54,33 @@ def _tree_state() -> str:
         return "unknown (not a git checkout)"
 
 
-def run_one(sim: str, scenario: Path, sets: list[str], steps: str, out: Path) -> dict:
-    """One ``sim run`` in a child process: its wall seconds, peak RSS and outputs."""
+def tree_env(baseline: bool) -> dict:
+    """The child's environment: the working tree's ``sim`` first on the path (an editable install
+    elsewhere would run another tree), and a baseline's with no ``PYTHONPATH`` at all (the working
+    tree on it would run in place of the baseline's installed copy)."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    if not baseline:
+        env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def sim_source(sim: str, env: dict) -> str:
+    """Where the ``sim`` package that ``sim`` (a console script) runs is imported from."""
+    python = Path(sim).parent / "python"
+    out = subprocess.run([str(python), "-c", "import sim; print(sim.__file__)"], env=env, cwd="/",
+                         capture_output=True, text=True, check=False)  # (not the current folder's sim)
+    return out.stdout.strip() or out.stderr.strip()[-200:]
+
+
+def run_one(sim: str, scenario: Path, sets: list[str], steps: str, out: Path, env: dict | None = None) -> dict:
+    """One ``sim run`` in a child process (``env``: its environment, ``tree_env``): its wall
+    seconds, peak RSS and outputs."""
     cmd = [sim, "run", str(scenario), "--out", str(out), "--quiet", "--force", "--steps", steps]
     for s in sets:
         cmd += ["--set", s]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -128,15 +150,18 @@ def main() -> int:
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory(prefix="sim_scale.") as tmp:
         baseline = build_baseline(args.baseline, Path(tmp)) if args.baseline else None
+        old_env, new_env = tree_env(True), tree_env(False)
+        print(f"working tree's sim: {sim_source(args.sim, new_env)}"
+              + (f"; {args.baseline}'s: {sim_source(baseline, old_env)}" if baseline else "") + "\n")
         speedups = []
         for name, scenario, sets in cases:
             for steps in args.steps:
                 olds, news = [], []
                 for _ in range(repeats):
                     if baseline:
-                        olds.append(run_one(baseline, scenario, sets, steps, Path(tmp) / "out"))
+                        olds.append(run_one(baseline, scenario, sets, steps, Path(tmp) / "out", old_env))
                         print(_row(f"{name} @ {args.baseline}", steps, olds[-1]), flush=True)
-                    news.append(run_one(args.sim, scenario, sets, steps, Path(tmp) / "out"))
+                    news.append(run_one(args.sim, scenario, sets, steps, Path(tmp) / "out", new_env))
                     print(_row(name if not baseline else f"{name} @ working tree", steps, news[-1]), flush=True)
                 if baseline:
                     speedups.append(f"- {name}, --steps {steps}: {_speedup(olds, news, 'wall_s')} whole "

@@ -58,15 +58,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _check_footprint(sc, quiet: bool) -> None:
-    """Refuse a run past this machine's memory; say so when it takes most of it (footprint.py)."""
+def _check_footprint(sc, quiet: bool) -> tuple:
+    """Refuse a run past this machine's memory; say so when it takes most of it (footprint.py).
+    Returns ``build_plan(sc)`` (model, calibration, memory plan): the run is built on it."""
     from sim.engine.footprint import check_footprint
     from sim.engine.parts import build_plan
 
-    _, _, plan = build_plan(sc)
-    warning = check_footprint(sc, plan.num_gpu_blocks)
+    planned = build_plan(sc)
+    warning = check_footprint(sc, planned[2].num_gpu_blocks)
     if warning and not quiet:
         print(warning, file=sys.stderr)
+    return planned
 
 
 def _run(args) -> int:
@@ -89,19 +91,19 @@ def _run(args) -> int:
         raise ConfigError(sc.source_path, key, "--schedule records one engine's steps: set it to 1 "
                           "(one replica of one pipeline stage) to write schedule.jsonl")
     stale = prepare_out_dir(out_dir, writes, force=args.force)  # before minutes of simulation
-    _check_footprint(sc, args.quiet)
+    planned = _check_footprint(sc, args.quiet)  # the memory plan, made once for both
     if pipeline:
         from sim.engine.pipeline.simulation import PipelineSimulation
         from sim.engine.pipeline.summary import summarize_pipeline as summarize_cluster
 
-        sim, cluster = PipelineSimulation(sc), True
+        sim, cluster = PipelineSimulation(sc, planned=planned), True
     elif cluster:
         from sim.engine.cluster.simulation import ClusterSimulation, summarize_cluster
 
-        sim = ClusterSimulation(sc)
+        sim = ClusterSimulation(sc, planned=planned)
     else:
         # Every step through the engine step (no macro-step stretches) when each is logged.
-        sim = Simulation(sc, macro_steps=not args.schedule)
+        sim = Simulation(sc, macro_steps=not args.schedule, planned=planned)
     schedule_log = None
     if args.schedule:
         from sim.engine.logs.schedule_log import ScheduleLog

@@ -155,10 +155,12 @@ class EngineParts:
     profile: EngineProfile = PROFILES[ProfileName.EAGER]  # as run: defaults, calibration, scenario
 
 
-def build_parts(sc: Scenario) -> EngineParts:
+def build_parts(sc: Scenario, planned: tuple | None = None) -> EngineParts:
     """Fresh parts for one run of ``sc`` (ConfigError on bad input). ``parts.sc`` is the
-    scenario as run: ``sc`` without profile defaults its model vetoes."""
-    model, cal, plan = build_plan(sc)
+    scenario as run: ``sc`` without profile defaults its model vetoes. ``planned``: what
+    ``build_plan(sc)`` returned, when the caller has it already (``sim run``'s footprint
+    check): the memory plan is not made twice."""
+    model, cal, plan = build_plan(sc) if planned is None else planned
     sc = without_vetoed_defaults(sc, model)
     profile = engine_profile(sc.engine, cal)  # defaults, this machine's numbers, the scenario's
     cost = build_engine_cost(  # pipeline parallelism: one cost model per stage (sim/cost/pipeline.py)

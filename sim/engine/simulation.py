@@ -73,7 +73,7 @@ class Simulation:
 
     def __init__(self, sc: Scenario, progress=None,
                  step_hook: Callable[[SchedulerOutput], None] | None = None, macro_steps: bool = True,
-                 keep_requests: bool = False) -> None:
+                 keep_requests: bool = False, planned: tuple | None = None) -> None:
         if sc.engine.pipeline_parallel_size > 1:  # pipeline parallelism runs in sim/engine/pipeline/simulation.py (#15)
             raise ConfigError(sc.source_path, "engine.pipeline_parallel_size", (
                 f"{sc.engine.pipeline_parallel_size} pipeline stages run with `sim run` and `sim sweep` only"
@@ -82,7 +82,7 @@ class Simulation:
             raise ConfigError(sc.source_path, "cluster.num_replicas", (
                 f"{sc.cluster.num_replicas} replicas run with `sim run` only (sim/engine/cluster/simulation.py); "
                 "this command simulates one engine: set cluster.num_replicas: 1"))
-        self._assemble(build_parts(sc), simpy.Environment(), None, step_hook, macro_steps, keep_requests)
+        self._assemble(build_parts(sc, planned), simpy.Environment(), None, step_hook, macro_steps, keep_requests)
         self.progress = progress
 
     def _assemble(self, parts, env: simpy.Environment, driver: SessionDriver | None,

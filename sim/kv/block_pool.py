@@ -39,6 +39,7 @@ class BlockPool:
         self.block_hash: list[int | None] = [None] * num_blocks
         self._free = make_free_queue(eviction, num_blocks, unhashed_first=unhashed_first)
         self._push_hashed = self._free.push_hashed
+        self._pop_blank = getattr(self._free, "pop_blank", None)  # a queue whose front holds only blank blocks
         self._cached_apart = self._free.cached_apart  # the queue must hear of each newly cached block
         self._cached: dict[int, int] = {}  # hash -> block id (the first cached of those that hold it)
         #: ``duplicates`` (vLLM): a block whose content another block already holds is cached
@@ -61,6 +62,14 @@ class BlockPool:
         """Take ``count`` blocks off the front of the free queue, in order, for new content
         (each still carrying a hash is evicted: one call for a request's new blocks)."""
         # Popping all first is the same: the queue's order does not depend on the hashes.
+        pop_blank = self._pop_blank
+        if pop_blank is not None:
+            blocks = pop_blank(count)
+            if blocks is not None:  # blank blocks only (vLLM 0.33's queue front): nothing to evict
+                ref_cnt = self.ref_cnt
+                for block in blocks:
+                    ref_cnt[block] = 1
+                return blocks
         blocks = self._free.pop_many(count)
         block_hash, ref_cnt = self.block_hash, self.ref_cnt
         if count == 1:  # a decode's new block
@@ -94,6 +103,16 @@ class BlockPool:
 
     def get_cached(self, h: int) -> int | None:
         return self._cached.get(h)
+
+    def num_cached_prefix(self, hashes: list[int]) -> int:
+        """How many of ``hashes``, from the first, ``get_cached`` finds (a prefix lookup)."""
+        cached = self._cached
+        n = 0
+        for h in hashes:
+            if h not in cached:
+                break
+            n += 1
+        return n
 
     def _unmap(self, block: int, h: int) -> None:
         """``block`` leaves the hash map under ``h`` (if it is there: the map may point at
@@ -144,6 +163,22 @@ class BlockPool:
             self.block_hash[block] = h
             if self._cached_apart:
                 self._free.on_cached(block)
+
+    def cache_many(self, blocks, hashes) -> None:
+        """``cache(block, h)`` for each block and its hash, in order (one call for a request's
+        newly full blocks)."""
+        block_hash, cached, duplicates, apart = self.block_hash, self._cached, self.duplicates, self._cached_apart
+        for block, h in zip(blocks, hashes):
+            if block_hash[block] is None:
+                if h not in cached:
+                    cached[h] = block
+                elif duplicates:
+                    self._more.setdefault(h, {})[block] = None
+                else:
+                    continue
+                block_hash[block] = h
+                if apart:
+                    self._free.on_cached(block)
 
     def cache_anon(self, blocks: list[int]) -> None:
         """``cache`` each of ``blocks`` (all without a hash) under hashes no lookup asks for."""

@@ -50,9 +50,14 @@ class _ListQueue:
 
     def _take(self, count: int) -> list[int]:
         """The next ``count`` entries of the list (there are that many)."""
+        q = self._q
         head = self._head
-        blocks = self._q[head:head + count]
-        self._advance(head + count)
+        end = head + count
+        blocks = q[head:end]
+        if end > self.compact_after and 2 * end > len(q):  # _advance, inlined (every decode's new block)
+            del q[:end]
+            end = 0
+        self._head = end
         return blocks
 
     def _advance(self, head: int) -> None:
@@ -194,13 +199,28 @@ class UnhashedFirstLRUQueue(LRUQueue):
             self._front.extend(reversed([b for b, h in zip(blocks, hashes) if h is None]))
             self._q.extend([b for b, h in zip(blocks, hashes) if h is not None])
 
+    def pop_blank(self, count: int) -> list[int] | None:
+        """``pop_many(count)`` when the front alone serves it (None, nothing taken, when it
+        does not): those blocks were freed without a hash and got none since (a block gets
+        a hash only while in use), so the pool need not look for hashes to evict."""
+        front = self._front
+        if count > len(front):
+            return None
+        blocks = front[:-count - 1:-1]
+        del front[-count:]
+        return blocks
+
     def pop_many(self, count: int) -> list[int]:
         front = self._front
         if not front:
             return super().pop_many(count)
+        if count <= len(front):  # all from the front (a stack): the last pushed first
+            blocks = front[:-count - 1:-1]
+            del front[-count:]
+            return blocks
         if count > len(self):
             raise KeyError("pop from an empty free queue")
-        take = min(count, len(front))
+        take = len(front)
         blocks = front[:-take - 1:-1]
         del front[-take:]
         if take < count:
@@ -234,9 +254,17 @@ class PlainQueue(_ListQueue):
 
     def pop_many(self, count: int) -> list[int]:
         """``count`` pops, in order."""
-        if count > len(self._q) - self._head:
+        q = self._q
+        head = self._head
+        end = head + count
+        if end > len(q):
             raise KeyError("pop from an empty free queue")
-        return self._take(count)
+        blocks = q[head:end]  # _take, inlined (every decode's new block)
+        if end > self.compact_after and 2 * end > len(q):
+            del q[:end]
+            end = 0
+        self._head = end
+        return blocks
 
     def on_cached(self, block: int) -> None:
         raise AssertionError("no block is cached in this queue")

@@ -76,12 +76,7 @@ class PagedAllocator:
             if own < max_blocks:
                 max_blocks = own
         hashes = extend_block_hashes(req, max_blocks, B)
-        n = 0
-        for h in hashes[:max_blocks]:
-            if self.pool.get_cached(h) is None:
-                break
-            n += 1
-        return n * B
+        return self.pool.num_cached_prefix(hashes[:max_blocks]) * B
 
     # -- allocation -----------------------------------------------------------------------
 
@@ -209,9 +204,7 @@ class PagedAllocator:
     def _hash_blocks(self, req: Request, table: list[int], start: int, stop: int) -> None:
         """Cache ``table[start:stop]`` under ``req``'s block hashes (``start < stop``)."""
         hashes = extend_block_hashes(req, stop, self.block_size)
-        cache = self.pool.cache
-        for i in range(start, stop):
-            cache(table[i], hashes[i])
+        self.pool.cache_many(table[start:stop], hashes[start:stop])
 
     def free(self, req: Request, hashed_tokens: int | None = None) -> None:
         """Give back ``req``'s blocks. ``hashed_tokens``: only the full blocks of its first that

@@ -96,10 +96,10 @@ class ClusterSimulation:
     next_route_s = -math.inf  # no earlier than the router's next pick (-inf: not known)
     _next_session = 0  # the session the arrival process submits next
 
-    def __init__(self, sc: Scenario, progress=None, macro_steps: bool = True) -> None:
+    def __init__(self, sc: Scenario, progress=None, macro_steps: bool = True, planned: tuple | None = None) -> None:
         dis = sc.cluster.disaggregation
-        if dis is None:
-            first = build_parts(sc)
+        if dis is None:  # (``planned``: build_plan(sc), made already; a disaggregated run plans per pool)
+            first = build_parts(sc, planned)
             pools = [[first] + [replica_parts(first) for _ in range(sc.cluster.num_replicas - 1)]]
             self.sc = first.sc
         else:  # a prefill pool and a decode pool, each with its own engine settings

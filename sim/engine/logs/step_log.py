@@ -127,12 +127,13 @@ class StepLog:
     def append_rows(self, doubles: list, counts: list) -> None:
         """Several rows at once: ``doubles`` holds 3 floats a row (now, duration, swap bytes),
         ``counts`` 14 integers a row, both in COLUMNS order (macro-steps)."""
+        counts = counts if type(counts) is list else list(counts)  # fromlist: twice extend's speed
         try:
-            self._c.extend(counts)
+            self._c.fromlist(counts)
         except OverflowError:  # a pool of 2**31 slots or more: 64-bit counts from now on
             self._c = array("q", self._c[:14 * (len(self._f) // 3)])
-            self._c.extend(counts)
-        self._f.extend(doubles)
+            self._c.fromlist(counts)
+        self._f.fromlist(doubles if type(doubles) is list else list(doubles))
         if len(self._f) >= 3 * SPILL_ROWS:
             self._write_out()
 

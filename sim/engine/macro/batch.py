@@ -72,10 +72,10 @@ class DecodeBatch:
         if self.ring:  # one block each, one pop for all; the room is written back at the end
             for s, block in zip(slots, self.pop_free_many(len(slots))):
                 table = tbls[s]
+                f = finals[s] - len(table) * B  # final - held before
                 table.append(block)
-                h, f = len(table) * B, finals[s]
-                if h - B < f:  # min(held, final) grew
-                    s_minhf += (h if h < f else f) - (h - B)
+                if f > 0:  # min(held, final) grew, by min(B, final - held before)
+                    s_minhf += B if B < f else f
             self.s_held += B * len(slots)
             self.num_free -= len(slots)
         else:

@@ -46,13 +46,18 @@ class Ring:
             self.next = step
 
     def due(self, k: int) -> list[int]:
-        slots = self.ring[k % self.B]
+        ring, B = self.ring, self.B
+        slots = ring[k % B]
         if self.later:
             first = self.later.pop(k, None)
             if first is not None:
                 slots += first
                 slots.sort()
-        self.next = self._after(k)
+            self.next = self._after(k)
+        elif ring[(k + 1) % B]:  # _after(k), its usual answer first: the next step crosses too
+            self.next = k + 1
+        else:
+            self.next = self._after(k)
         return slots
 
     def remove(self, s: int, k: int) -> None:

@@ -154,13 +154,15 @@ class DecodeRun:
         step_time = sim.cost.step_time_s
         fe = sim.frontend
         token_s = fe.token_s if fe is not None else 0.0
+        one_cpu = fe is not None and fe.servers == 1
         next_input = self._next_input
         t_next = next_input() if stepwise else env.peek()
         t = env.now
         idle = idle0 = math.inf if core.last_end_s is None else t - core.last_end_s
         n = b.n
         fast = self._decode_fn(n)
-        plain, B, crossings, fins = b.plain, b.B, b.cross, b.fin
+        plain, ring, B, crossings, fins = b.plain, b.ring, b.B, b.cross, b.fin
+        pool = alloc.pool
         # The row's gauges, refreshed where they change (a plain crossing takes one block each).
         allocated, cached_free = alloc.num_allocated_slots(), alloc.num_cached_free_slots()
         frag = alloc.num_external_fragmentation_slots()
@@ -182,8 +184,10 @@ class DecodeRun:
                 crossed = b.cross_at(k)
                 if not crossed:
                     break  # an allocation might fail and preempt: the normal path decides
-                if plain:  # one block each
+                if ring:  # one block each (evicting the hashes some carried: the pool counts them)
                     allocated += B * crossed
+                    if not plain:
+                        cached_free = pool.num_cached_free * B
                 else:
                     allocated, cached_free = alloc.num_allocated_slots(), alloc.num_cached_free_slots()
             kv = b.s_comp + n  # decode_kv_tokens: sum(computed + 1)
@@ -258,7 +262,10 @@ class DecodeRun:
             else:
                 doubles += (t_end, t_end - t, 0.0)  # the step's duration as the clock saw it (not d)
                 counts += row
-                if fe is not None:
+                if one_cpu and not produced and finished is None:  # FrontEnd._run on its one CPU, inlined
+                    fe.busy_s += token_s * n
+                    fe.free_at = (fe.free_at if fe.free_at > t_end else t_end) + token_s * n
+                elif fe is not None:
                     stream(fe, t_end, token_s * (n + len(produced)), produced, finished)
             t = t_end
             k += 1

@@ -131,14 +131,14 @@ class BatchQueueSimulation(Simulation):
     """One pipeline-parallel engine in vLLM V1's form (module docstring). ``run()`` returns a
     SimResult whose ``extra["pipeline"]`` holds the stages' figures (sim/engine/pipeline/summary.py)."""
 
-    def __init__(self, sc: Scenario, progress=None, step_hook=None) -> None:  # noqa: PLW0231 -- its own checks
+    def __init__(self, sc: Scenario, progress=None, step_hook=None, planned: tuple | None = None) -> None:  # noqa: PLW0231 -- its own checks
         pp = sc.engine.pipeline_parallel_size
         if sc.cluster.num_replicas > 1:  # replicas of it: sim/engine/pipeline/cluster.py
             raise ConfigError(sc.source_path, "cluster.num_replicas", (
                 f"{sc.cluster.num_replicas} replicas of a pipeline-parallel engine run as a cluster "
                 "(sim/engine/pipeline/cluster.py, through PipelineSimulation: `sim run`, `sim sweep`); "
                 "this class simulates one engine: set cluster.num_replicas: 1"))
-        self._assemble(build_parts(sc), simpy.Environment(), None, step_hook, macro_steps=False)
+        self._assemble(build_parts(sc, planned), simpy.Environment(), None, step_hook, macro_steps=False)
         self.progress = progress
         self._init_queue(pp)
 

@@ -82,12 +82,12 @@ class PipelineCluster(ClusterSimulation):
 
     replica_class = BatchQueueReplica
 
-    def __init__(self, sc: Scenario, progress=None) -> None:
+    def __init__(self, sc: Scenario, progress=None, planned: tuple | None = None) -> None:
         check_pipeline_cluster(sc)
         if pipeline_mode(sc.engine) is not PipelineMode.BATCH_QUEUE or sc.engine.pipeline_parallel_size < 2:
             raise ValueError("PipelineCluster runs replicas of a batch-queue pipeline-parallel engine")
         # macro-steps off: a step waits for stages the replica's other batches hold
-        super().__init__(sc, progress, macro_steps=False)
+        super().__init__(sc, progress, macro_steps=False, planned=planned)
 
     def run(self) -> ClusterResult:
         result = super().run()

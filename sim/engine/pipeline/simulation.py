@@ -102,18 +102,18 @@ class PipelineSimulation(ClusterSimulation):
     Constructing it for a scenario whose form is ``batch-queue`` gives a BatchQueueSimulation
     instead (``__new__``), so ``sim run`` and ``sim sweep`` need not know the forms apart."""
 
-    def __new__(cls, sc: Scenario, progress=None):
+    def __new__(cls, sc: Scenario, progress=None, planned: tuple | None = None):
         check_pipeline_cluster(sc)  # disaggregated pools, replicas of virtual engines: one error line
         if cls is PipelineSimulation and pipeline_mode(sc.engine) is PipelineMode.BATCH_QUEUE:
             if sc.cluster.num_replicas > 1:  # replicas of the batch queue behind a router
-                return PipelineCluster(sc, progress)
-            return BatchQueueSimulation(sc, progress)
+                return PipelineCluster(sc, progress, planned)
+            return BatchQueueSimulation(sc, progress, planned=planned)
         return super().__new__(cls)
 
-    def __init__(self, sc: Scenario, progress=None) -> None:  # noqa: PLW0231 -- the cluster's, per virtual engine
-        pp = sc.engine.pipeline_parallel_size
+    def __init__(self, sc: Scenario, progress=None, planned: tuple | None = None) -> None:  # noqa: PLW0231
+        pp = sc.engine.pipeline_parallel_size  # (the cluster's __init__, per virtual engine)
         check_pipeline_cluster(sc)  # (a subclass may skip __new__'s)
-        first = build_parts(sc)
+        first = build_parts(sc, planned)  # planned: build_plan(sc), made already (sim run)
         self.sc = sc = first.sc
         self.cal, self.plan, self.sessions = first.cal, first.plan, first.sessions
         self.cost = first.cost

@@ -54,3 +54,24 @@ def test_the_cli_refuses_in_one_line_before_writing(tmp_path: Path, capsys, monk
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "workload.num_requests: the run would need" in err[0]
     assert not (out / "summary.json").exists()
+
+
+@pytest.mark.parametrize("overrides", [[], ["cluster.num_replicas=2"]])
+def test_sim_run_plans_the_memory_once(tmp_path: Path, monkeypatch, overrides) -> None:
+    """The footprint check's memory plan is the one the run is built on: ``plan_memory`` runs
+    once per ``sim run`` (one engine, or replicas), and the run still writes its files."""
+    import sim.engine.parts as parts
+
+    calls = []
+    real = parts.plan_memory
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(parts, "plan_memory", counting)
+    sets = [a for o in ["workload.num_requests=40", *overrides] for a in ("--set", o)]
+    assert main(["run", str(SCENARIOS / "chatbot.yaml"), *sets, "--no-report", "--quiet",
+                 "--out", str(tmp_path / "run")]) == 0
+    assert len(calls) == 1
+    assert (tmp_path / "run" / "summary.json").exists()

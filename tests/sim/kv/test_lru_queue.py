@@ -78,3 +78,51 @@ def test_unhashed_first_push_hashed_puts_each_block_where_the_rule_says() -> Non
         hashed = [b for b, h in zip(blocks, pattern) if h is not None]
         assert list(q) == blank + [8, 9] + hashed, pattern
         assert q.pop_many(7) == blank + [8, 9] + hashed, pattern
+
+
+def test_pool_fast_paths_pop_and_cache_as_the_general_ones() -> None:
+    """vLLM 0.33's pool takes blocks off its queue's blank front without looking for hashes
+    (``pop_blank``) and caches a request's full blocks in one call (``cache_many``): random
+    releases, pops, hits and caching give the same blocks, hashes, evictions and free order
+    as a pool driven through the one-block calls (``pop_free`` and ``cache``)."""
+    import random
+
+    from sim.kv.block_pool import ANON, BlockPool
+
+    rng = random.Random(5)
+    fast, slow = (BlockPool(64, unhashed_first=True, duplicates=True) for _ in range(2))
+    slow._pop_blank = None  # every pop through the queue's pop_many and the hash check
+    held: list[list[int]] = []
+    for step in range(3000):
+        op = rng.random()
+        if op < 0.45 and fast.num_free:
+            n = rng.randint(1, min(6, fast.num_free))
+            got = fast.pop_free_many(n)
+            assert got == [slow.pop_free() for _ in range(n)], step
+            held.append(got)
+        elif op < 0.7 and held:
+            blocks = held[rng.randrange(len(held))]
+            hashes = [rng.choice([ANON, rng.randint(0, 40)]) for _ in blocks]
+            live = [(b, h) for b, h in zip(blocks, hashes) if h == ANON]
+            fast.cache_anon([b for b, _ in live if fast.block_hash[b] is None])
+            slow.cache_anon([b for b, _ in live if slow.block_hash[b] is None])
+            real = [(b, h) for b, h in zip(blocks, hashes) if h != ANON]
+            fast.cache_many([b for b, _ in real], [h for _, h in real])
+            for b, h in real:
+                slow.cache(b, h)
+        elif held:
+            blocks = held.pop(rng.randrange(len(held)))
+            fast.release(blocks[::-1])
+            slow.release(blocks[::-1])
+        h = rng.randint(0, 40)
+        if fast.get_cached(h) is not None and rng.random() < 0.3:  # a hit revives a block
+            b = fast.get_cached(h)
+            assert slow.get_cached(h) == b
+            fast.touch(b)
+            slow.touch(b)
+            held.append([b])
+        assert fast.block_hash == slow.block_hash and fast.ref_cnt == slow.ref_cnt, step
+        assert fast.num_evictions == slow.num_evictions and fast.num_cached_free == slow.num_cached_free
+        assert fast.free_order() == slow.free_order(), step
+        fast.check_invariants()
+    assert fast.num_evictions > 0 and fast._free._front == slow._free._front
