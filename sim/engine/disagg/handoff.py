@@ -271,10 +271,11 @@ class Disaggregation:
         if req.num_generated >= req.num_output_tokens:  # a one-token answer: done at the hand-off
             req.last_token_s = req.first_token_s
             sched.running.append(req)
-            sched._finish(req, now)
+            sched._finish(req, now)  # frees its decode blocks: no step of the replica will serve them
             follow = h.decode.driver.next_turn(req)
             if follow is not None:
                 h.decode.env.process(h.decode._follow_up(*follow))
+            self._serve_pending(h.decode)  # hand-offs waiting for blocks (the replica may be idle)
         else:
             sched._mark_admitted(req)
         h.decode.wake()

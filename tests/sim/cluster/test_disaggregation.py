@@ -256,6 +256,29 @@ def test_a_prefill_pool_blocked_by_copies_awaiting_transfer_drains(macro, seed) 
         assert r.allocator.pool.num_free == r.plan.num_gpu_blocks - 1  # all blocks back (less vLLM's null block)
 
 
+@pytest.mark.parametrize("macro", [True, False])
+def test_a_one_token_answer_finished_at_the_hand_off_serves_the_waiting_hand_offs(macro) -> None:
+    """A one-token answer finishes as its KV lands (no decode step runs for it); the blocks it
+    frees must go to the hand-offs waiting for them, or an idle decode replica keeps them
+    waiting for good. Found by tests/fuzz (arrived 32, completed 19, rejected 10, 3 stranded):
+    two prefill replicas, one decode replica of 140 blocks, offline 1,500-token prompts."""
+    sc = scenario(seed=2, engine={"profile": "vllm-v0", "max_model_len": 2048, "num_gpu_blocks_override": 140},
+                  cluster={"num_replicas": 3, "router": "least-outstanding", "disaggregation": {
+                      "prefill_replicas": 2, "decode_replicas": 1, "decode_router": "least-kv",
+                      "kv_transfer": {"bandwidth_gbps": 100.0, "latency_s": 0.001, "granularity": "block"}}},
+                  scheduler={"policy": "continuous", "preemption": "recompute"},
+                  workload={"num_requests": 32, "arrival": {"type": "offline"},
+                            "prompt_tokens": {"type": "lognormal", "median": 1500, "sigma": 0.6, "max": 3000},
+                            "output_tokens": {"type": "lognormal", "median": 20, "sigma": 0.6, "max": 600},
+                            "shared_prefix": {"num_prefixes": 3, "prefix_tokens": 128}})
+    sim, result, s = _run(sc, macro)
+    r = s["requests"]
+    assert r["in_flight"] == 0 and r["completed"] + r["rejected"] == r["arrived"] == 32
+    assert not any(n.startswith("stranded") for n in s["notes"])
+    assert any(q.num_output_tokens == 1 and q.finish_s is not None for q in result.requests)  # the case itself
+    assert not any(sim.handoff._pending.values())
+
+
 def test_requests_left_when_the_events_run_out_are_reported_stranded() -> None:
     """The summary of a run that stopped with work left says so, with the requests' states, and
     does not call the run overloaded (its served rate is low because work stopped)."""
