@@ -32,9 +32,9 @@ def _add_run_parser(sub) -> None:
                    help="also run every Nth engine step's batch on the real engine (realengine/) and time "
                         "it; the simulated clock is not changed; summary.json and report.html get a "
                         "validation section (docs/guides/validate.md); one engine only; needs torch")
-    p.add_argument("--validate-device", choices=("cpu", "cuda"), default="cpu",
+    p.add_argument("--validate-device", choices=("cpu", "cuda"), default=None,
                    help="where --validate-every runs the batches: cpu (torch references, default) or cuda (Triton)")
-    p.add_argument("--validate-budget", type=float, default=300.0, metavar="SECONDS",
+    p.add_argument("--validate-budget", type=float, default=None, metavar="SECONDS",
                    help="wall time --validate-every may spend executing samples (default 300); "
                         "past it, steps are counted as skipped")
     p.add_argument("--correct", action="store_true",
@@ -82,11 +82,13 @@ def _check_validate_flags(args, sc) -> None:
     from sim.errors import ConfigError
 
     if args.validate_every is None:
-        for flag, given in (("--correct", args.correct), ("--validate-budget", args.validate_budget != 300.0),
-                            ("--validate-device", args.validate_device != "cpu")):
+        for flag, given in (("--correct", args.correct), ("--validate-budget", args.validate_budget is not None),
+                            ("--validate-device", args.validate_device is not None)):
             if given:
                 raise ConfigError("<cli>", flag, "applies with --validate-every N only")
         return
+    args.validate_device = args.validate_device or "cpu"
+    args.validate_budget = 300.0 if args.validate_budget is None else args.validate_budget
     if args.validate_every < 1:
         raise ConfigError("<cli>", "--validate-every", f"got {args.validate_every}; allowed: an integer >= 1")
     if not args.validate_budget > 0 or args.validate_budget == float("inf"):

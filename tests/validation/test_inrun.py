@@ -120,6 +120,8 @@ def test_correct_rescales_the_simulated_steps_by_the_learnt_factor() -> None:
     (["--validate-every", "5", "--validate-device", "tpu"], "--validate-device"),
     (["--correct"], "--correct"),
     (["--validate-budget", "5"], "--validate-budget"),
+    (["--validate-device", "cpu"], "--validate-device"),
+    (["--validate-every", "5", "--validate-budget", "inf"], "--validate-budget"),
     (["--validate-every", "5", "--validate-device", "cuda"], "--validate-device"),
     (["--validate-every", "5", "--set", "model=llama-3.1-8b"], "model"),
     (["--validate-every", "5", "--set", "gpu=h100-sxm"], "gpu"),
