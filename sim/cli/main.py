@@ -30,6 +30,18 @@ def _add_run_parser(sub) -> None:
                    help="also write schedule.jsonl: every step's decisions (requests and tokens "
                         "scheduled, preemptions, finishes, prefix-cache hits, free blocks), to diff "
                         "against a real engine's log (docs/CONFORMANCE.md); one engine only")
+    p.add_argument("--validate-every", type=int, default=None, metavar="N",
+                   help="also run every Nth engine step's batch on the real engine (realengine/) and time "
+                        "it; the simulated clock is not changed; summary.json and report.html get a "
+                        "validation section (docs/guides/validate.md); one engine only; needs torch")
+    p.add_argument("--validate-device", choices=("cpu", "cuda"), default=None,
+                   help="where --validate-every runs the batches: cpu (torch references, default) or cuda (Triton)")
+    p.add_argument("--validate-budget", type=float, default=None, metavar="SECONDS",
+                   help="wall time --validate-every may spend executing samples (default 300); "
+                        "past it, steps are counted as skipped")
+    p.add_argument("--correct", action="store_true",
+                   help="with --validate-every: rescale the cost model's step times by a bounded [0.5, 2], "
+                        "smoothed factor per step kind learnt from the samples (changes the simulated clock)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
     p.add_argument("--json", action="store_true", help="print summary.json to stdout")
     p.add_argument("--force", action="store_true",
@@ -71,6 +83,27 @@ def _check_footprint(sc, quiet: bool) -> tuple:
     return planned
 
 
+def _check_validate_flags(args, sc) -> None:
+    """--validate-every's flags: one line and exit 2 for a bad value or combination."""
+    from sim.errors import ConfigError
+
+    if args.validate_every is None:
+        for flag, given in (("--correct", args.correct), ("--validate-budget", args.validate_budget is not None),
+                            ("--validate-device", args.validate_device is not None)):
+            if given:
+                raise ConfigError("<cli>", flag, "applies with --validate-every N only")
+        return
+    args.validate_device = args.validate_device or "cpu"
+    args.validate_budget = 300.0 if args.validate_budget is None else args.validate_budget
+    if args.validate_every < 1:
+        raise ConfigError("<cli>", "--validate-every", f"got {args.validate_every}; allowed: an integer >= 1")
+    if not args.validate_budget > 0 or args.validate_budget == float("inf"):
+        raise ConfigError("<cli>", "--validate-budget", f"got {args.validate_budget}; allowed: seconds > 0")
+    if sc.cluster.num_replicas > 1 or sc.engine.pipeline_parallel_size > 1:
+        key = "cluster.num_replicas" if sc.cluster.num_replicas > 1 else "engine.pipeline_parallel_size"
+        raise ConfigError(sc.source_path, key, "--validate-every runs one engine's steps: set it to 1")
+
+
 def _run(args) -> int:
     from sim.engine.simulation import Simulation
     from sim.engine.logs.metrics import summarize
@@ -90,8 +123,14 @@ def _run(args) -> int:
         key = "engine.pipeline_parallel_size" if pipeline else "cluster.num_replicas"
         raise ConfigError(sc.source_path, key, "--schedule records one engine's steps: set it to 1 "
                           "(one replica of one pipeline stage) to write schedule.jsonl")
+    _check_validate_flags(args, sc)
     stale = prepare_out_dir(out_dir, writes, force=args.force)  # before minutes of simulation
     planned = _check_footprint(sc, args.quiet)  # the memory plan, made once for both
+    validator = None
+    if args.validate_every is not None:
+        from validation.inrun import start
+
+        validator, setup = start(sc, args.validate_device, args.validate_every, args.validate_budget, args.correct)
     if pipeline:
         from sim.engine.pipeline.simulation import PipelineSimulation
         from sim.engine.pipeline.summary import summarize_pipeline as summarize_cluster
@@ -103,7 +142,9 @@ def _run(args) -> int:
         sim = ClusterSimulation(sc, planned=planned)
     else:
         # Every step through the engine step (no macro-step stretches) when each is logged.
-        sim = Simulation(sc, macro_steps=not args.schedule, planned=planned)
+        sim = Simulation(sc, macro_steps=not args.schedule, step_hook=validator and validator.hook, planned=planned)
+        if validator is not None:
+            validator.attach(sim)
     schedule_log = None
     if args.schedule:
         from sim.engine.logs.schedule_log import ScheduleLog
@@ -122,6 +163,10 @@ def _run(args) -> int:
     if schedule_log is not None:
         schedule_log.close()
     summary = summarize_cluster(result) if cluster else summarize(result)
+    if validator is not None:
+        from validation.inrun_stats import validation_section
+
+        summary["validation"] = validation_section(validator, setup, result.end_s, result.calibration_name)
     write_run(out_dir, summary, result, None, stale, steps=args.steps)  # the data first: nothing after can lose it
     report = None
     if not args.no_report:
@@ -135,6 +180,10 @@ def _run(args) -> int:
         print(json.dumps(summary, indent=2))
     elif not args.quiet:
         print_summary(summary, out_dir, report=report is not None)
+    if validator is not None and not args.quiet and not args.json:
+        from validation.inrun_stats import summary_line
+
+        print(summary_line(summary["validation"]))
     return 0
 
 

@@ -205,6 +205,11 @@ def _render(result, summary: dict, calibration, plotly=True) -> str:
             [LatencySeries.of_requests(result.requests)], slo_s=(sc.slo.ttft_s, sc.slo.tpot_s, None),
             axis_toggle=True),
         "request timeline": lambda: _timeline_figure(result.requests)})
+    validation = summary.get("validation")  # sim run --validate-every N (sim/outputs/validation_section.py)
+    if validation is not None:
+        from sim.outputs.validation_section import validation_figure, validation_html
+
+        figs["validation"] = lambda: validation_figure(validation)
     parts, js = [], plotly
     for name, build in figs.items():
         part = _guarded(name, lambda: to_html(build(), full_html=False, include_plotlyjs=js,
@@ -230,6 +235,7 @@ def _render(result, summary: dict, calibration, plotly=True) -> str:
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{style}</style></head><body>{head}{_key_numbers_html(summary)}{replicas}"
             + "".join(f"<div class='plot'>{p}</div>" for p in parts)
+            + ("" if validation is None else _guarded("validation", lambda: validation_html(validation)))
             + _guarded("summary", lambda: _summary_html(summary, scenario_yaml))
             + _guarded("calibration", lambda: _calibration_html(calibration)) + "</body></html>")
 
