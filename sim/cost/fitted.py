@@ -26,7 +26,9 @@ FLOPs (a batch's ragged lengths match no measured shape), at saturated compute e
 (the CPU reference paths loop over them). Decode attention with the split-KV term
 (sim/calib/attention_terms.py) takes the decode batch's mean context and this GPU's KV heads,
 prefill attention's head-dim / occupancy term the chunks' mean length and this GPU's query heads.
-Every term is non-decreasing in each field of the batch shape. MoE models add their routing (top-k, permute, unpermute: the bytes of
+Every term is non-decreasing in each field of the batch shape, but for those two terms: the same
+KV tokens over more decoding sequences, or the same (query, key) pairs over more prefill tokens,
+fill more of the GPU and may take less time (sim/calib/attention_terms.py). MoE models add their routing (top-k, permute, unpermute: the bytes of
 sim.model.spec.moe_routing_bytes_per_token over the copy bandwidth, plus a copy launch per
 routing kernel per MoE layer).
 

@@ -87,3 +87,31 @@ def test_a_gpu_calibration_carries_both_terms_into_the_simulated_step() -> None:
     assert parts["decode_attention"] == pytest.approx(want, rel=1e-9)
     longer = one._replace(decode_kv_tokens=70000)
     assert cm.step_parts(longer)["decode_attention"] > parts["decode_attention"]
+
+
+def test_the_simulated_prefill_carries_the_head_dim_term() -> None:
+    """One chunk in the fitted step costs what the shape form says (x_half 0: the step's attention
+    runs at saturated tiles), and less without the term's efficiency."""
+    import dataclasses
+
+    from sim.cost.fitted import build_fitted_cost
+    from sim.cost.shape import BatchShape
+    from sim.model.hf_config import load_model
+
+    cal = load_calibration("h100-sxm@vllm")
+    fit_ = cal.kernels["prefill_attention"]
+    assert prefill_on(fit_.params)
+    fit_ = dataclasses.replace(fit_, params={**fit_.params, "x_half": 0.0})
+    cal = dataclasses.replace(cal, kernels={**cal.kernels, "prefill_attention": fit_})
+    model = load_model("llama-3-8b")
+    cm = build_fitted_cost(model, cal)
+    q = 2048
+    shape = BatchShape(num_seqs=1, num_prefill_tokens=q, num_decode_tokens=0, decode_kv_tokens=0,
+                       prefill_attn_pairs=q * (q + 1) // 2, prefill_kv_tokens=q, num_prefill_seqs=1)
+    want = model.num_layers * fit_.analytic_s(num_seqs=1, query_len=q, context_len=0, num_q_heads=32,
+                                              num_kv_heads=8, head_dim=128, dtype="bf16")
+    assert cm.step_parts(shape)["prefill_attention"] == pytest.approx(want, rel=1e-9)
+    plain = {k: v for k, v in fit_.params.items() if k not in ("head_dim_half", "q_block", "full_q_ctas")}
+    cm_plain = build_fitted_cost(model, dataclasses.replace(
+        cal, kernels={**cal.kernels, "prefill_attention": dataclasses.replace(fit_, params=plain)}))
+    assert cm_plain.step_parts(shape)["prefill_attention"] < cm.step_parts(shape)["prefill_attention"]
