@@ -1,6 +1,7 @@
 """How well kvsim's kernel forms fit NVIDIA's published kernel tables, on shapes the fit never saw.
 
     python benchmarks/aiconfigurator_fit.py [--systems h100_sxm h200_sxm ...] [--backend vllm]
+        [--kernels gemm prefill_attention decode_attention]
 
 Needs the [import] extra (aiconfigurator-core, pandas, pyarrow). For each system it converts the
 tables as ``microbench import aiconfigurator`` does and reports, per kernel, the MAPE of the
@@ -59,16 +60,16 @@ def held_out_groups(kernel: str, records: list[dict], tiles) -> float:
     return errors / n
 
 
-def study(system: str, backend: str) -> tuple[dict, dict[str, list[dict]]]:
+def study(system: str, backend: str, kernels=KERNELS) -> tuple[dict, dict[str, list[dict]]]:
     records, device, _ = import_records(system, backend)
     gemm_tiles = device_gemm_tiles(device)
     by_kernel = defaultdict(list)
     for r in records:
         by_kernel[r["kernel"]].append(r)
     row = {}
-    for kernel in KERNELS:
+    for kernel in kernels:
         recs = by_kernel[kernel]
-        tiles = gemm_tiles if kernel == "gemm" else None
+        tiles = gemm_tiles  # the GEMM's tile/wave term; the attention terms (microbench.attention_fit)
         cv, _ = cross_validate(kernel, recs, 5, tiles=tiles)
         row[(kernel, "shapes")] = cv
         row[(kernel, "groups")] = held_out_groups(kernel, recs, tiles)
@@ -83,16 +84,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--systems", nargs="+", default=list(SYSTEMS))
     ap.add_argument("--backend", default="vllm")
+    ap.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=KERNELS)
     args = ap.parse_args()
     rows, data = {}, {}
     for system in args.systems:
         t0 = time.perf_counter()
-        rows[system], data[system] = study(system, args.backend)
+        rows[system], data[system] = study(system, args.backend, args.kernels)
         print(f"{system}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     print(f"| {args.backend} tables | kernel | records | held-out shapes | every 5th k / head set | layer shapes (GEMM) |")
     print("|---|---|---|---|---|---|")
     for system, row in rows.items():
-        for kernel in KERNELS:
+        for kernel in args.kernels:
             layer = row.get((kernel, "layer"))
             print(f"| {system} | {kernel} | {row[(kernel, 'n')]:,} | {row[(kernel, 'shapes')]:.1%} | "
                   f"{row[(kernel, 'groups')]:.1%} | {'' if layer is None else f'{layer:.1%}'} |")
@@ -101,8 +103,8 @@ def main() -> int:
         ratio = h200.effective_bandwidth_bytes_per_s / h100.effective_bandwidth_bytes_per_s
         print(f"\ncross-GPU: H100 SXM's fit, bandwidth x {ratio:.3f} (datasheet HBM ratio), predicting H200 SXM:")
         h100_tiles = device_gemm_tiles({"provenance": {"sm_count": "132"}})
-        for kernel in KERNELS:
-            p = fit_params(kernel, data["h100_sxm"][kernel], h100_tiles if kernel == "gemm" else None)
+        for kernel in args.kernels:
+            p = fit_params(kernel, data["h100_sxm"][kernel], h100_tiles)
             same = mape(p, kernel, data["h200_sxm"][kernel])
             p = {**p, "bandwidth_bytes_per_s": p["bandwidth_bytes_per_s"] * ratio}
             print(f"  {kernel}: {mape(p, kernel, data['h200_sxm'][kernel]):.1%} scaled, {same:.1%} unscaled "

@@ -27,6 +27,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from microbench.attention_fit import describe_split, fit_decode_split, fit_prefill
 from microbench.gemm_tiles import REGIME_GIVENS, GemmTiles
 from microbench.peaks import fit_precision
 from sim.calib.calibration import Calibration, CalibrationSource
@@ -100,8 +101,11 @@ def fit_params(kernel: str, records: list[dict], tiles: GemmTiles | None = None)
     """Least-squares parameters of ``kernel``'s model form on ``records`` (at least 2).
 
     ``tiles`` (GEMMs with FLOPs only): fit each candidate tile and keep the one of least loss
-    (with ``tiles.regimes``, the regimes' two efficiencies fitted too).
+    (with ``tiles.regimes``, the regimes' two efficiencies fitted too); given for decode
+    and prefill attention (a GPU's SM count known), their attention terms (microbench.attention_fit).
     """
+    if kernel in ("decode_attention", "prefill_attention") and tiles is not None:  # a GPU's: attention_fit
+        return (fit_decode_split if kernel == "decode_attention" else fit_prefill)(records, BOUNDS, F_SCALE)[0]
     if tiles is None or not KERNELS[kernel].tiled:
         return _fit_params(kernel, records)[0]
     best = None
@@ -238,7 +242,7 @@ def fit(records: list[dict], *, device: dict | None = None, base: Calibration | 
         if progress is not None:
             progress(kernel)
         fits[kernel] = fit_kernel(kernel, by_kernel[kernel], folds=folds, grid=grid,
-                                  tiles=gemm_tiles if kernel == "gemm" else None)
+                                  tiles=gemm_tiles if kernel in ("gemm", "decode_attention", "prefill_attention") else None)
     device = device or {}
     pinned = [r for r in by_kernel.get("copy_h2d", []) if r.get("pinned")]
     pcie = fit_params("copy_h2d", pinned)["bandwidth_bytes_per_s"] if len(pinned) >= 2 else None
@@ -302,6 +306,7 @@ def describe(fit_: KernelFit) -> str:
             if p.get("mid_max_m", 0) > 0:
                 parts.append(f"regimes <= {p['small_max_m']:.0f} / <= {p['mid_max_m']:.0f} tokens at "
                              f"{p['small_efficiency']:.2f} / {p['mid_efficiency']:.2f}")
+    parts += [describe_split(p)] if describe_split(p) else []
     parts.append(f"overhead {p['overhead_s'] * 1e6:8.1f} us")
     if p["item_s"] > 0:
         parts.append(f"per item {p['item_s'] * 1e6:7.1f} us")

@@ -14,18 +14,16 @@ The efficiency ``x / (x + x_half)`` is how far the token dimension fills the ten
 (a GEMM over 4 tokens pads its tiles to 16 or 64 rows). Kernels without FLOPs are pure
 bandwidth plus overhead.
 
-The GEMM's compute term may also carry cuBLAS's tile and wave quantisation (the FLOPs of
-padded tiles and of a nearly empty last wave; sim/calib/gemm_tiles.py), on when its
-parameters ``sm_count``, ``tile_m`` and ``tile_n`` are present, and its kernel regimes (tile
-height and efficiency by token count) when ``mid_max_m`` is; calibrations without them
-predict exactly as before.
+Optional terms, on when their parameters are present (older calibrations predict as before):
+the GEMM's tile and wave quantisation (``sm_count``, ``tile_m``, ``tile_n``) and kernel regimes
+(``mid_max_m``; sim/calib/gemm_tiles.py); decode attention's split-KV occupancy (``full_ctas``;
+sim/calib/attention_terms.py).
 
 A :class:`KernelFit` holds the fitted parameters, its cross-validated error and, optionally,
-a measured grid: where a query's shape matches a measured one on every field but the
-kernel's ``axis`` (GEMM: ``m``) and the axis value lies inside the measured range, the
-prediction interpolates the measurements (linear in log-log); elsewhere it is the
-analytic form. Fits are made by ``microbench.fit`` and stored in a calibration's
-``kernels:`` section (see sim/calib/calibration.py).
+a measured grid: where a query's shape matches a measured one on every field but the kernel's
+``axis`` (GEMM: ``m``) inside the measured range, the prediction interpolates the measurements
+(log-log); elsewhere it is the analytic form. Fits: ``microbench.fit``; stored in a
+calibration's ``kernels:`` section (sim/calib/calibration.py).
 """
 
 from __future__ import annotations
@@ -35,6 +33,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+from sim.calib.attention_terms import (
+    attention_param_names, attention_params_from_dict, decode_shape_s, prefill_efficiency, prefill_on, smooth_max,
+    split_on)
 from sim.calib.gemm_tiles import (
     REGIME_PARAMS, TILE_PARAMS, executed_flops, previous_regime_end, regime_params_from_dict, regimes_on,
     tile_params_from_dict, tiles_on)
@@ -43,13 +44,10 @@ from sim.errors import ConfigError
 from sim.model.dtypes import DTYPE_BYTES
 
 PARAM_NAMES = ("bandwidth_bytes_per_s", "flops_per_s", "x_half", "overhead_s", "item_s", "sharpness")
-#: The sharpness of a datasheet GEMM (sim/cost/datasheet.py, Calibration.kernel_params): how far its
-#: weight reads and its math overlap near the roofline's ridge, where the GEMM takes 2^(1/p) = 1.6x
-#: the larger of the two. Fitted with this module's form (x_half free) on 36,516 real A100
-#: linear-layer timings (benchmarks/microbench_a100_gemm.py, Vidur's data): p = 1.5 on
-#: Llama-3-8B's shapes (x_half 8.0, the other seven models held out at 6.7% MAPE), 1.5 on
-#: Llama-3-8B + phi-2 (x_half 6.6), 1.41 on all eight models (x_half ~0); the datasheets'
-#: ``m_half_tokens`` (8) come from the same fits.
+#: The sharpness of a datasheet GEMM (sim/cost/datasheet.py): how far its weight reads and its math
+#: overlap near the ridge (there 2^(1/p) = 1.6x the larger). Fitted with this form on 36,516 real A100
+#: linear-layer timings (benchmarks/microbench_a100_gemm.py, Vidur's data): p = 1.5 on Llama-3-8B's
+#: shapes (x_half 8.0; seven models held out at 6.7% MAPE), 1.5 with phi-2, 1.41 on all eight.
 RIDGE_SHARPNESS = 1.5
 Shape = dict
 
@@ -67,7 +65,6 @@ def _pairs(s: Shape) -> float:
 @dataclass(frozen=True)
 class KernelSpec:
     """How one kernel's shape maps onto the model form. ``axis``: the grid-interpolation field."""
-
     fields: tuple[str, ...]
     bytes: Callable[[Shape], float]
     flops: Callable[[Shape], float] = lambda s: 0.0
@@ -144,10 +141,7 @@ def roofline_s(params: dict[str, float], nbytes: float, flops: float, items: flo
         eff = 1.0 if math.isinf(x) else x / (x + params["x_half"]) if x > 0 else 0.0
         comp_s = flops / (params["flops_per_s"] * eff) if eff > 0 else math.inf
     hi, lo = (mem_s, comp_s) if mem_s >= comp_s else (comp_s, mem_s)
-    p = params["sharpness"]
-    if hi > 0 and lo > 0 and math.isfinite(p):
-        hi *= (1.0 + (lo / hi) ** p) ** (1.0 / p)
-    return params["overhead_s"] + params["item_s"] * items + hi
+    return params["overhead_s"] + params["item_s"] * items + smooth_max(hi, lo, params["sharpness"])
 
 
 def analytic_s(params: dict[str, float], kernel: str, shape: Shape) -> float:
@@ -155,7 +149,11 @@ def analytic_s(params: dict[str, float], kernel: str, shape: Shape) -> float:
 
     With kernel regimes a GEMM never takes less than at the previous regime's last token
     count (a faster kernel past a bound does not make more tokens cheaper)."""
+    if kernel == "decode_attention" and split_on(params):
+        return decode_shape_s(params, shape)
     nbytes, flops, items, x = features(kernel, shape)
+    if kernel == "prefill_attention" and prefill_on(params):
+        flops /= prefill_efficiency(params, shape["num_seqs"], shape["query_len"], shape["num_q_heads"], shape["head_dim"])
     if flops > 0 and KERNELS[kernel].tiled and tiles_on(params) and shape["m"] > 0 and shape["k"] > 0:
         flops = executed_flops(params, shape["m"], shape["n"], shape["k"])
         end = previous_regime_end(params, shape["m"])
@@ -235,7 +233,7 @@ class KernelFit:
         spec = KERNELS[self.kernel]
         key_fields = [f for f in spec.fields if f != spec.axis]
         names = PARAM_NAMES + (TILE_PARAMS if tiles_on(self.params) else ()) + (
-            REGIME_PARAMS if regimes_on(self.params) else ())
+            REGIME_PARAMS if regimes_on(self.params) else ()) + attention_param_names(self.params)
         out = {"params": {k: _num(self.params[k]) for k in names},
                "cv_mape": _num(self.cv_mape), "train_mape": _num(self.train_mape),
                "cv_folds": self.cv_folds, "num_records": self.num_records, "num_shapes": self.num_shapes}
@@ -276,6 +274,7 @@ def kernel_fit_from_dict(kernel: str, data, *, file: str) -> KernelFit:
         raise ConfigError(file, f"{where}.params.sm_count", "the tile/wave term is for GEMMs (kernel gemm) only")
     params.update(tiles)
     params.update(regime_params_from_dict(data["params"], file, f"{where}.params"))
+    params.update(attention_params_from_dict(kernel, data["params"], file, f"{where}.params"))
     grid = data.get("grid") or []
     if not isinstance(grid, list):
         raise ConfigError(file, f"{where}.grid", "expected a list of rows")
@@ -287,8 +286,7 @@ def kernel_fit_from_dict(kernel: str, data, *, file: str) -> KernelFit:
                      cv_folds=int(extras["cv_folds"] or 0), grid=tuple(rows))
 
 
-#: name -> (floor, ceiling) of a fitted parameter; flops_per_s may also be .inf (no compute
-#: term), sharpness .inf (the roofline's hard max)
+#: name -> (floor, ceiling); flops_per_s may be .inf (no compute), sharpness .inf (a hard max)
 _MAY_BE_INF = ("flops_per_s", "sharpness")
 PARAM_LIMITS = {"bandwidth_bytes_per_s": (1.0, 1e18), "flops_per_s": (1.0, 1e21), "x_half": (0.0, 1e9),
                 "overhead_s": (0.0, 10.0), "item_s": (0.0, 10.0), "sharpness": (1e-3, 1e3)}

@@ -23,8 +23,12 @@ correction fitted on whole measured engine steps.
 Attention and the KV write use the fitted analytic form on the batch's aggregate bytes and
 FLOPs (a batch's ragged lengths match no measured shape), at saturated compute efficiency
 (attention tiles queries per sequence); an item is a decoding sequence or a prefill chunk
-(the CPU reference paths loop over them). Every term is non-decreasing in each field of the
-batch shape. MoE models add their routing (top-k, permute, unpermute: the bytes of
+(the CPU reference paths loop over them). Decode attention with the split-KV term
+(sim/calib/attention_terms.py) takes the decode batch's mean context and this GPU's KV heads,
+prefill attention's head-dim / occupancy term the chunks' mean length and this GPU's query heads.
+Every term is non-decreasing in each field of the batch shape, but for those two terms: the same
+KV tokens over more decoding sequences, or the same (query, key) pairs over more prefill tokens,
+fill more of the GPU and may take less time (sim/calib/attention_terms.py). MoE models add their routing (top-k, permute, unpermute: the bytes of
 sim.model.spec.moe_routing_bytes_per_token over the copy bandwidth, plus a copy launch per
 routing kernel per MoE layer).
 
@@ -50,6 +54,7 @@ import math
 from dataclasses import dataclass
 
 from sim.calib.calibration import Calibration
+from sim.calib.attention_terms import decode_split_s, prefill_efficiency, split_on
 from sim.calib.composition import Composition
 from sim.calib.kernel_models import KernelFit, analytic_s, roofline_s
 from sim.calib.precision import embedding_precision, gemm_precision
@@ -95,6 +100,9 @@ class FittedCost:
     moe_routing_launches: int = 0  # per step: MoE layers x routing kernels
     collectives: Collectives | None = None  # tensor parallelism (collectives.py)
     head_gemm: tuple | None = None  # (dtype, params, measured) of the lm_head when its dtype differs
+    kv_heads: float = 1.0  # KV heads on one GPU (1 for MLA's latent): decode attention's split-KV term
+    q_heads: float = 1.0  # query heads on one GPU and their head dim: prefill attention's term
+    head_dim: float = 0.0
 
     def without_composition(self) -> FittedCost:
         return dataclasses.replace(self, composition=None) if self.composition is not None else self
@@ -132,11 +140,16 @@ class FittedCost:
             nbytes = (shape.decode_kv_tokens * self.kv_bytes_per_token_layer
                       + num_decode_tokens * self.q_bytes_per_token_layer)
             flops = shape.decode_kv_tokens * self.attn_flops_per_pair_layer
-            parts["decode_attention"] = L * roofline_s(self.decode, nbytes, flops, num_decode_tokens, math.inf)
+            parts["decode_attention"] = L * (roofline_s(self.decode, nbytes, flops, num_decode_tokens, math.inf)
+                                             if not split_on(self.decode) else decode_split_s(
+                self.decode, num_decode_tokens, shape.decode_kv_tokens, self.kv_heads, self.kv_bytes_per_token_layer,
+                num_decode_tokens * self.q_bytes_per_token_layer, self.attn_flops_per_pair_layer))
         if num_prefill_tokens > 0:
             nbytes = (shape.prefill_kv_tokens * self.kv_bytes_per_token_layer
                       + num_prefill_tokens * self.q_bytes_per_token_layer)
-            flops = shape.prefill_attn_pairs * self.attn_flops_per_pair_layer
+            chunks = max(1, shape.num_prefill_seqs)
+            flops = shape.prefill_attn_pairs * self.attn_flops_per_pair_layer / prefill_efficiency(
+                self.attn, chunks, num_prefill_tokens / chunks, self.q_heads, self.head_dim)
             parts["prefill_attention"] = L * roofline_s(self.attn, nbytes, flops, max(1, shape.num_prefill_seqs),
                                                         math.inf)
         copy_bw = self.copy["bandwidth_bytes_per_s"]
@@ -254,4 +267,6 @@ def build_fitted_cost(model: ModelSpec, cal: Calibration, kv_dtype: KVDtype | st
         elementwise=elementwise, other_measured_bytes_per_token=h * weight_dtype_bytes,
         composition=cal.composition, gemm_dtype=gemm_dtype, gemm_params=gemm_params, gemm_measured=measured,
         moe_routing_bytes_per_token=moe_routing_bytes_per_token(model, act_bytes),
-        moe_routing_launches=routing_launches, collectives=collectives, head_gemm=head_gemm)
+        moe_routing_launches=routing_launches, collectives=collectives, head_gemm=head_gemm,
+        kv_heads=1.0 if model.is_mla else float(model.num_kv_heads), q_heads=float(model.num_attention_heads),
+        head_dim=float(model.head_dim))

@@ -1,0 +1,126 @@
+"""Fit the attention kernels' optional terms (sim/calib/attention_terms.py) to measurements.
+
+``microbench.fit`` uses them when the GPU's SM count is known (a GPU measurement: ``microbench
+calibrate`` on a GPU, ``microbench import aiconfigurator``); a fit without one (a CPU) keeps
+the plain form. Decode attention's split-KV form: the KV tile length is chosen among
+``KV_BLOCKS`` by the lowest training loss (each fitted), as the GEMM's tile is, the other nine
+parameters fitted. Prefill attention's head-dim and occupancy term: the query tile is given
+(``Q_BLOCK``, FlashAttention's 128 rows), ``head_dim_half`` and ``full_q_ctas`` fitted with the
+plain form's six. Both by the same robust least squares on log(predicted / measured) as every kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+#: candidate KV tile lengths (tokens): FlashAttention-3 / FlashInfer decode tiles
+KV_BLOCKS = (32, 64, 128)
+Q_BLOCK = 128.0  # FlashAttention 2/3's query tile (rows)
+_PREFILL_FREE = ("bandwidth_bytes_per_s", "flops_per_s", "x_half", "overhead_s", "item_s", "sharpness",
+                 "head_dim_half", "full_q_ctas")
+_FREE = ("bandwidth_bytes_per_s", "flops_per_s", "overhead_s", "item_s", "sharpness",
+         "unit_s", "split_len", "max_splits", "full_ctas")
+_BOUNDS = {"head_dim_half": (1e-3, 1e5), "full_q_ctas": (1.0, 1e6), "unit_s": (1e-10, 1.0), "split_len": (1.0, 1e6), "max_splits": (1.0, 1e4), "full_ctas": (1.0, 1e6)}
+
+
+def _columns(records: list[dict]) -> tuple[np.ndarray, ...]:
+    from sim.model.dtypes import DTYPE_BYTES  # noqa: PLC0415
+
+    cols = np.array([(r["num_seqs"], r["context_len"], r["num_q_heads"], r["num_kv_heads"], r["head_dim"],
+                      DTYPE_BYTES[r.get("dtype", "bf16")]) for r in records], dtype=float)
+    return tuple(cols.T)
+
+
+def _model(block: float, records: list[dict]):
+    """The vectorized form (attention_terms.decode_split_s) over ``records`` for a parameter dict."""
+    n, c, hq, hk, d, b = _columns(records)
+    c_pad = np.ceil(c / block - 1e-9) * block
+    kv_bytes, q_bytes, flops = n * c_pad * 2 * hk * d * b, n * 2 * hq * d * b, 4.0 * n * c_pad * hq * d
+
+    def model(p: dict) -> np.ndarray:
+        splits = np.minimum(np.maximum(1.0, c_pad / p["split_len"]), p["max_splits"])
+        occ = np.minimum(1.0, n * hk * splits / p["full_ctas"])
+        mem = kv_bytes / (p["bandwidth_bytes_per_s"] * occ) + q_bytes / p["bandwidth_bytes_per_s"]
+        comp = flops / p["flops_per_s"]
+        hi, lo = np.maximum(mem, comp), np.minimum(mem, comp)
+        s = p["sharpness"]
+        return p["overhead_s"] + p["item_s"] * n + p["unit_s"] * n * hk + hi * (1.0 + (lo / hi) ** s) ** (1.0 / s)
+
+    return model
+
+
+def fit_decode_split(records: list[dict], bounds: dict, f_scale: float) -> tuple[dict[str, float], float]:
+    """(parameters, robust loss) of the split-KV form on ``records``, the best KV tile of KV_BLOCKS."""
+    from scipy.optimize import least_squares  # noqa: PLC0415
+
+    t = np.array([r["time_s"] for r in records], dtype=float)
+    n, c, hq, hk, d, b = _columns(records)
+    kv_bytes = n * c * 2 * hk * d * b
+    big = kv_bytes >= np.quantile(kv_bytes, 0.75)
+    guess = {"bandwidth_bytes_per_s": float(np.median(kv_bytes[big] / t[big])),
+             "flops_per_s": float(np.max(4.0 * n * c * hq * d / t)) * 1.5 or 1e12,
+             "overhead_s": float(np.min(t)) * 0.5, "item_s": float(np.min(t)) * 1e-3, "sharpness": 4.0,
+             "unit_s": float(np.min(t)) * 1e-3, "split_len": 256.0, "max_splits": 32.0, "full_ctas": 64.0}
+    all_bounds = {**bounds, **_BOUNDS}
+    lo = np.log([all_bounds[p][0] for p in _FREE])
+    hi = np.log([all_bounds[p][1] for p in _FREE])
+    x0 = np.clip(np.log([max(guess[p], 1e-30) for p in _FREE]), lo + 1e-9, hi - 1e-9)
+    log_t = np.log(t)
+    best = None
+    for block in KV_BLOCKS:
+        model = _model(block, records)
+        res = least_squares(lambda lp: np.log(model(dict(zip(_FREE, np.exp(lp))))) - log_t, x0,
+                            bounds=(lo, hi), loss="soft_l1", f_scale=f_scale)
+        if best is None or res.cost < best[1]:
+            params = {"x_half": 0.0, "kv_block": float(block), **dict(zip(_FREE, map(float, np.exp(res.x))))}
+            best = params, float(res.cost)
+    return best
+
+
+def fit_prefill(records: list[dict], bounds: dict, f_scale: float) -> tuple[dict[str, float], float]:
+    """(parameters, robust loss) of prefill attention's form with the head-dim / occupancy term."""
+    from scipy.optimize import least_squares  # noqa: PLC0415
+
+    from sim.calib.kernel_models import features  # noqa: PLC0415
+
+    t = np.array([r["time_s"] for r in records], dtype=float)
+    nbytes, flops, items, x = np.array([features("prefill_attention", r) for r in records], dtype=float).T
+    n, q, hq, d = np.array([(r["num_seqs"], r["query_len"], r["num_q_heads"], r["head_dim"]) for r in records],
+                           dtype=float).T
+    ctas = n * hq * np.maximum(1.0, q / Q_BLOCK)
+
+    def model(p: dict) -> np.ndarray:
+        eff = x / (x + p["x_half"]) * d / (d + p["head_dim_half"]) * np.minimum(1.0, ctas / p["full_q_ctas"])
+        mem, comp = nbytes / p["bandwidth_bytes_per_s"], flops / (p["flops_per_s"] * eff)
+        hi, lo = np.maximum(mem, comp), np.minimum(mem, comp)
+        s = p["sharpness"]
+        return p["overhead_s"] + p["item_s"] * items + hi * (1.0 + (lo / hi) ** s) ** (1.0 / s)
+
+    big = nbytes >= np.quantile(nbytes, 0.75)
+    guess = {"bandwidth_bytes_per_s": float(np.median(nbytes[big] / t[big])),
+             "flops_per_s": float(np.max(flops / t)) * 1.5 or 1e12, "x_half": 16.0,
+             "overhead_s": float(np.min(t)) * 0.5, "item_s": float(np.min(t)) * 1e-3, "sharpness": 4.0,
+             "head_dim_half": 64.0, "full_q_ctas": 132.0}
+    all_bounds = {**bounds, **_BOUNDS}
+    lo = np.log([all_bounds[p][0] for p in _PREFILL_FREE])
+    hi = np.log([all_bounds[p][1] for p in _PREFILL_FREE])
+    x0 = np.clip(np.log([max(guess[p], 1e-30) for p in _PREFILL_FREE]), lo + 1e-9, hi - 1e-9)
+    log_t = np.log(t)
+    res = least_squares(lambda lp: np.log(model(dict(zip(_PREFILL_FREE, np.exp(lp))))) - log_t, x0,
+                        bounds=(lo, hi), loss="soft_l1", f_scale=f_scale)
+    params = {"q_block": Q_BLOCK, **dict(zip(_PREFILL_FREE, map(float, np.exp(res.x))))}
+    return params, float(res.cost)
+
+
+def describe_split(p: dict) -> str:
+    """The attention terms' parameters in words, for microbench.fit.describe."""
+    if p.get("head_dim_half", 0) > 0:
+        return (f"head dim at d / (d + {p['head_dim_half']:.0f}), full rate from {p['full_q_ctas']:.0f} "
+                f"CTAs of {p['q_block']:.0f} query rows")
+    if not p.get("full_ctas", 0) > 0 or not math.isfinite(p["full_ctas"]):
+        return ""
+    return (f"split-KV: {p['kv_block']:.0f}-token KV tiles, splits of {p['split_len']:.0f} tokens up to "
+            f"{p['max_splits']:.0f}, full bandwidth from {p['full_ctas']:.0f} CTAs, {p['unit_s'] * 1e9:.1f} ns "
+            f"per (sequence, KV head)")

@@ -1,0 +1,136 @@
+"""Split-KV occupancy of decode attention, an optional term of the fitted ``decode_attention`` form.
+
+Flash-decoding kernels (FlashAttention 2/3, FlashInfer, TensorRT-LLM's XQA) run one work unit
+per (sequence, KV head): the query heads of a KV head's group share it. A unit walks its
+sequence's KV in tiles of ``kv_block`` tokens, so a context is paid in whole tiles. When there
+are too few units to fill the GPU the kernel splits each sequence's KV into pieces of about
+``split_len`` tokens, up to ``max_splits``, and runs the pieces as separate CTAs. With fewer
+CTAs than ``full_ctas`` (the CTAs the memory system needs to stream at full bandwidth) the KV
+read runs at the fraction CTAs / full_ctas of it: a batch of one sequence with one KV head
+reads at a third of HBM bandwidth on an H100 however long its context. Each unit also costs
+``unit_s`` (its launch, its query load, the split combine), on top of the form's per-sequence
+``item_s``. Per layer, for ``n`` sequences of mean context ``c`` with ``h_kv`` KV heads:
+
+    c_pad  = ceil(c / kv_block) x kv_block                     whole KV tiles
+    splits = min(max(1, c_pad / split_len), max_splits)
+    ctas   = n x h_kv x splits
+    occ    = min(1, ctas / full_ctas)
+    time   = overhead_s + item_s x n + unit_s x n x h_kv
+             + smax(kv_bytes(c_pad) / (bandwidth x occ) + q_bytes / bandwidth, flops(c_pad) / flops_per_s)
+
+(q_bytes: the queries read and outputs written, once per sequence and query head). The term is
+on when ``full_ctas`` > 0; calibrations without it (every one written before it existed, and
+fits made without an SM count, e.g. on a CPU) predict exactly as before. Every factor is
+non-decreasing in the context: kv_bytes / occ is the larger of kv_bytes and kv_bytes x
+full_ctas / ctas, and c_pad / splits = min(c_pad, split_len) while the splits are not capped.
+Fitted on NVIDIA's published decode-attention tables (microbench/attention_fit.py): the
+held-out error on H100 SXM under vLLM 0.24 falls from 12.7% to 6.7% (benchmarks/RESULTS.md).
+
+**Prefill attention** (optional, on when ``head_dim_half`` > 0): FlashAttention's FLOP rate grows
+with the head dim (more math per tile load; head dim 64 runs at 60% of 192's on an H100), and a
+prefill with few (sequence, query head, query tile) CTAs cannot fill the SMs. Its compute term
+runs at ``flops_per_s`` x efficiency, for ``n`` chunks of mean length ``q``:
+
+    efficiency = d / (d + head_dim_half) x min(1, n x h_q x max(1, q / q_block) / full_q_ctas)
+
+Compute time, FLOPs / efficiency, stays non-decreasing in n, q, h_q and d (FLOPs grow at least as
+fast as the CTA count, and d / (d + head_dim_half) is below one).
+"""
+
+from __future__ import annotations
+
+import math
+
+from sim.errors import ConfigError
+from sim.model.dtypes import DTYPE_BYTES
+
+SPLIT_PARAMS = ("unit_s", "kv_block", "split_len", "max_splits", "full_ctas")
+PREFILL_PARAMS = ("head_dim_half", "q_block", "full_q_ctas")
+PREFILL_LIMITS = {"head_dim_half": (0.0, 1e6), "q_block": (1.0, 65536.0), "full_q_ctas": (1.0, 1e9)}
+SPLIT_LIMITS = {"unit_s": (0.0, 10.0), "kv_block": (1.0, 65536.0), "split_len": (1.0, 1e9),
+                "max_splits": (1.0, 1e6), "full_ctas": (1.0, 1e9)}
+
+
+def split_on(params: dict) -> bool:
+    """Whether ``params`` carry the split-KV occupancy term (full_ctas > 0)."""
+    return params.get("full_ctas", 0.0) > 0
+
+
+def prefill_on(params: dict) -> bool:
+    """Whether ``params`` carry the prefill head-dim / occupancy term (head_dim_half > 0)."""
+    return params.get("head_dim_half", 0.0) > 0
+
+
+def prefill_efficiency(params: dict, num_seqs: float, query_len: float, num_q_heads: float, head_dim: float) -> float:
+    """The share of ``flops_per_s`` a prefill attention of ``num_seqs`` chunks of ``query_len``
+    tokens runs at (module docstring); 1.0 with the term off."""
+    if not prefill_on(params) or num_seqs <= 0 or head_dim <= 0:
+        return 1.0
+    ctas = num_seqs * num_q_heads * max(1.0, query_len / params["q_block"])
+    return head_dim / (head_dim + params["head_dim_half"]) * min(1.0, ctas / params["full_q_ctas"])
+
+
+def decode_shape_s(params: dict, shape: dict) -> float:
+    """decode_split_s on one measured shape (sim.calib.kernel_models.KERNELS' fields)."""
+    n, b, hk, d, hq = (shape["num_seqs"], DTYPE_BYTES[shape.get("dtype", "bf16")], shape["num_kv_heads"],
+                       shape["head_dim"], shape["num_q_heads"])
+    return decode_split_s(params, n, n * shape["context_len"], hk, 2 * hk * d * b, n * 2 * hq * d * b, 4.0 * hq * d)
+
+
+def smooth_max(hi: float, lo: float, p: float) -> float:
+    """(hi^p + lo^p)^(1/p) for hi >= lo (p inf: hi), as sim.calib.kernel_models.roofline_s."""
+    if hi > 0 and lo > 0 and math.isfinite(p):
+        return hi * (1.0 + (lo / hi) ** p) ** (1.0 / p)
+    return hi
+
+
+def decode_split_s(params: dict, num_seqs: float, kv_tokens: float, num_kv_heads: float,
+                   kv_bytes_per_token: float, q_bytes: float, flops_per_kv_token: float) -> float:
+    """One decode-attention launch (module docstring) on ``num_seqs`` sequences attending to
+    ``kv_tokens`` KV tokens in all (their mean context padded to whole tiles)."""
+    if num_seqs <= 0:
+        return params["overhead_s"]
+    block = params["kv_block"]
+    c_pad = math.ceil(kv_tokens / num_seqs / block - 1e-9) * block
+    splits = min(max(1.0, c_pad / params["split_len"]), params["max_splits"])
+    occ = min(1.0, num_seqs * num_kv_heads * splits / params["full_ctas"])
+    bw = params["bandwidth_bytes_per_s"]
+    mem = num_seqs * c_pad * kv_bytes_per_token / (bw * occ) + q_bytes / bw
+    comp = num_seqs * c_pad * flops_per_kv_token / params["flops_per_s"]
+    hi, lo = (mem, comp) if mem >= comp else (comp, mem)
+    return (params["overhead_s"] + params["item_s"] * num_seqs + params.get("unit_s", 0.0) * num_seqs * num_kv_heads
+            + smooth_max(hi, lo, params["sharpness"]))
+
+
+def split_params_from_dict(raw: dict, file: str, where: str, names: tuple = SPLIT_PARAMS,
+                           limits: dict = SPLIT_LIMITS, term: str = "the split-KV term") -> dict[str, float]:
+    """The split-KV parameters (or with ``names`` = PREFILL_PARAMS, the prefill term's) of a
+    ``params`` mapping, validated: {} when absent (the term off); all of them come together."""
+    given = [name for name in names if raw.get(name) is not None]
+    if not given:
+        return {}
+    out = {}
+    for name in names:
+        if name not in given:
+            raise ConfigError(file, f"{where}.{name}", f"missing: {term} needs " + ", ".join(names) + " together")
+        v, (lo, hi) = raw[name], limits[name]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:  # NaN fails too
+            raise ConfigError(file, f"{where}.{name}", f"expected a number from {lo:g} to {hi:g}, got {v!r}")
+        out[name] = float(v)
+    return out
+
+
+def attention_param_names(params: dict) -> tuple[str, ...]:
+    """The optional attention parameters ``params`` carry (written with the fit)."""
+    return (SPLIT_PARAMS if split_on(params) else ()) + (PREFILL_PARAMS if prefill_on(params) else ())
+
+
+def attention_params_from_dict(kernel: str, raw: dict, file: str, where: str) -> dict[str, float]:
+    """Both attention terms' parameters of ``kernel``'s ``params`` mapping, validated ({} when absent);
+    each term only on its own kernel."""
+    split = split_params_from_dict(raw, file, where)
+    pre = split_params_from_dict(raw, file, where, PREFILL_PARAMS, PREFILL_LIMITS, "the prefill term")
+    for term, name, key in ((split, "decode_attention", "full_ctas"), (pre, "prefill_attention", "head_dim_half")):
+        if term and kernel != name:
+            raise ConfigError(file, f"{where}.{key}", f"the {key} term is for {name} only")
+    return split | pre
