@@ -47,13 +47,9 @@ def judge(result, slo, rate: float, warmup: float = 0.0) -> dict:
     skip = int(warmup * rr.n)
     if skip:
         judged[np.argsort(rr.c["arrival_s"], kind="stable")[:skip]] = False
-    done = rr.done & judged
-    ttft_all, tpot_all = rr.ttft[done], rr.tpot[done]
-    tpot_all = tpot_all[~np.isnan(tpot_all)]
-    ttft = _percentile(ttft_all, slo.percentile)
-    tpot = _percentile(tpot_all, slo.percentile)
-    t, p = rr.ttft[done], rr.tpot[done]
-    met = int(((t <= slo.ttft_s) & (np.isnan(p) | (p <= slo.tpot_s))).sum())
+    ttft = _percentile(rr.done_ttft(judged), slo.percentile)
+    tpot = _percentile(rr.done_tpot(judged), slo.percentile)
+    met = rr.meets(slo.ttft_s, slo.tpot_s, judged)
     num_judged = int(judged.sum())
     attained = met / num_judged if num_judged else 0.0  # a rejected or unfinished request is a miss
     passed = (in_flight == 0 and rr.num_rejected == 0 and ttft is not None and ttft <= slo.ttft_s
@@ -111,12 +107,17 @@ def memory_summary(data: dict, source: str) -> dict:
     return memory_of(parse_scenario(data, source))
 
 
-def cold_probe_estimate(search, max_rate: float | None) -> int:
-    """Probes the cold search (from ``min_rate``) would run if every rate up to ``max_rate``
-    passed and every rate above failed (None: even ``min_rate`` fails): the yardstick of a
-    warm-started configuration's ``probes_saved_estimate``."""
+def cold_probe_rates(search, max_rate: float | None) -> list[float]:
+    """The rates the cold search (from ``min_rate``) would probe if every rate up to
+    ``max_rate`` passed and every rate above failed (None: even ``min_rate`` fails)."""
     threshold = -1.0 if max_rate is None else max_rate
-    return len(search_max_rate(lambda r: {"rate": r, "passed": r <= threshold}, search)[1])
+    return [p["rate"] for p in search_max_rate(lambda r: {"rate": r, "passed": r <= threshold}, search)[1]]
+
+
+def cold_probe_estimate(search, max_rate: float | None) -> int:
+    """Probes of :func:`cold_probe_rates`: the yardstick of a warm-started configuration's
+    ``probes_saved_estimate``."""
+    return len(cold_probe_rates(search, max_rate))
 
 
 #: A plan of more configurations than this says up front how much simulation it is.
@@ -137,7 +138,7 @@ def workload_note(spec, to_search: int, workers: int) -> str | None:
         return None
     s = spec.search
     mid = (s.min_rate * s.max_rate) ** 0.5
-    rates = [p["rate"] for p in search_max_rate(lambda r: {"rate": r, "passed": r <= mid}, s)[1]]
+    rates = cold_probe_rates(s, mid)
     requests = to_search * (sum(s.probe_requests(r) for r in rates)
                             + (s.probe_requests(mid, s.confirm_duration_s) if s.confirm_duration_s > 0 else 0))
     hours = requests / REQUESTS_PER_WORKER_S / max(workers, 1) / 3600

@@ -55,20 +55,25 @@ class RunRequests:
         self.num_done = int(self.done.sum())
         self.num_rejected = int(self.rejected.sum())
 
-    def done_ttft(self) -> np.ndarray:
-        return self.ttft[self.done]
+    def _done(self, among: np.ndarray | None) -> np.ndarray:
+        return self.done if among is None else self.done & among
 
-    def done_tpot(self) -> np.ndarray:
+    def done_ttft(self, among: np.ndarray | None = None) -> np.ndarray:
+        """TTFT of the finished requests (of those ``among`` marks, a boolean mask, if given)."""
+        return self.ttft[self._done(among)]
+
+    def done_tpot(self, among: np.ndarray | None = None) -> np.ndarray:
         """TPOT of the finished requests that have one (two or more output tokens)."""
-        t = self.tpot[self.done]
+        t = self.tpot[self._done(among)]
         return t[~np.isnan(t)]
 
     def done_e2e(self) -> np.ndarray:
         return self.e2e[self.done]
 
-    def meets(self, ttft_s: float, tpot_s: float) -> int:
+    def meets(self, ttft_s: float, tpot_s: float, among: np.ndarray | None = None) -> int:
         """Finished requests within both limits (one without a TPOT: within TTFT's)."""
-        t, p = self.ttft[self.done], self.tpot[self.done]
+        done = self._done(among)
+        t, p = self.ttft[done], self.tpot[done]
         return int(((t <= ttft_s) & (np.isnan(p) | (p <= tpot_s))).sum())
 
     def done_sum(self, column: str) -> int:
