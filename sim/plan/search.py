@@ -63,19 +63,20 @@ def judge(result, slo, rate: float, warmup: float = 0.0) -> dict:
 
 
 def probe(data: dict, source: str, rate: float, slo, unit: bool = False,
-          num_requests: int | None = None, warmup: float = 0.0) -> dict:
+          num_requests: int | None = None, warmup: float = 0.0, planned: tuple | None = None) -> dict:
     """Simulate ``data`` at ``rate`` requests/s and judge it against ``slo``. ``unit``: the
     configuration is a unit of a plan with units (sim/plan/unit.py): simulate all its
     replicas behind its router, and record the prefix cache's hit rate too. Either way the
     engine is ``sim run``'s (``run_unit``: a pipeline-parallel one in its form's engine).
-    ``num_requests``: the probe's length (default: the scenario's); ``warmup``: :func:`judge`'s."""
+    ``num_requests``: the probe's length (default: the scenario's); ``warmup``: :func:`judge`'s;
+    ``planned``: the configuration's ``build_plan``, made once for all its probes."""
     from sim.config.scenario import parse_scenario
 
     d = copy.deepcopy(data)
     d["workload"]["arrival"]["rate"] = rate
     if num_requests is not None:
         d["workload"]["num_requests"] = num_requests
-    result = run_unit(parse_scenario(d, source))
+    result = run_unit(parse_scenario(d, source), planned)
     if not unit:
         return judge(result, slo, rate, warmup)
     return {**judge(result, slo, rate, warmup), "prefix_cache_hit_rate": hit_rate(result)}
@@ -100,11 +101,15 @@ def search_max_rate(evaluate, search) -> tuple[dict | None, list[dict]]:
 
 
 
-def memory_summary(data: dict, source: str) -> dict:
-    """The configuration's memory plan (ConfigError when it does not fit)."""
+def memory_plan(data: dict, source: str) -> tuple[dict, tuple]:
+    """The configuration's memory plan as plan.json's ``memory``, and ``build_plan``'s tuple
+    for its probes (ConfigError when it does not fit)."""
     from sim.config.scenario import parse_scenario
+    from sim.engine.parts import build_plan
 
-    return memory_of(parse_scenario(data, source))
+    sc = parse_scenario(data, source)
+    planned = build_plan(sc)
+    return memory_of(sc, planned), planned
 
 
 def cold_probe_rates(search, max_rate: float | None) -> list[float]:
@@ -165,9 +170,9 @@ def evaluate_config(config, slo, search, start: float | None = None, neighbour: 
     if unit:  # a plan with units (sim/plan/unit.py): the unit's shape and GPUs
         record["unit"] = config.unit
     try:
-        pools = unit_memory(config.data, config.source) if unit else None
+        pools, planned = (unit_memory(config.data, config.source) if unit else None), None
         if pools is None:
-            record["memory"] = memory_summary(config.data, config.source)
+            record["memory"], planned = memory_plan(config.data, config.source)
         else:  # disaggregated: each pool's own plan; the decode pool's (it holds the answers) on top
             record["memory"] = {**pools["decode"], "pools": pools}
     except ConfigError as exc:
@@ -176,7 +181,7 @@ def evaluate_config(config, slo, search, start: float | None = None, neighbour: 
     try:
         def evaluate(rate, duration_s=None):
             return probe(config.data, config.source, rate, slo, unit,
-                         search.probe_requests(rate, duration_s), search.warmup)
+                         search.probe_requests(rate, duration_s), search.warmup, planned)
 
         if start is None:
             best, probes = search_max_rate(evaluate, search)

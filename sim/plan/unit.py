@@ -119,11 +119,12 @@ def describe(unit: dict) -> str:
     return f"{_a(unit['num_replicas'])} {unit['num_replicas']}-replica unit ({unit['router']})"
 
 
-def memory_of(sc) -> dict:
-    """A scenario's memory plan, as plan.json's ``memory`` (ConfigError when it does not fit)."""
+def memory_of(sc, planned: tuple | None = None) -> dict:
+    """A scenario's memory plan, as plan.json's ``memory`` (ConfigError when it does not fit);
+    ``planned``: ``build_plan(sc)``, when the caller has made it."""
     from sim.engine.parts import build_plan
 
-    _, _, plan = build_plan(sc)
+    _, _, plan = build_plan(sc) if planned is None else planned
     return {"kv_pool_tokens": plan.pool_tokens, "max_full_length_requests": plan.max_full_length_seqs,
             "max_concurrency": plan.max_concurrency, "num_gpu_blocks": plan.num_gpu_blocks,
             "bytes_per_token": plan.bytes_per_token, "weight_bytes_per_gpu": plan.weight_bytes,
@@ -163,19 +164,21 @@ def hit_rate(result) -> float | None:
     return sum(s.hit_tokens for s in stats) / queried if stats[0].enabled and queried else None
 
 
-def run_unit(sc):
+def run_unit(sc, planned: tuple | None = None):
     """Simulate ``sc`` as ``sim run`` does: a pipeline-parallel engine (pp > 1) through
     sim/engine/pipeline/simulation.py's PipelineSimulation (its form's engine: one batch-queue engine,
     V0's virtual engines, or with replicas a PipelineCluster of batch-queue engines behind
-    the router), else the whole unit when it has several replicas, else one engine."""
+    the router), else the whole unit when it has several replicas, else one engine.
+    ``planned``: ``build_plan(sc)``, made once per configuration (the rate does not change it);
+    a disaggregated unit plans per pool and ignores it."""
     if sc.engine.pipeline_parallel_size > 1:
         from sim.engine.pipeline.simulation import PipelineSimulation
 
-        return PipelineSimulation(sc).run()
+        return PipelineSimulation(sc, planned=planned).run()
     if sc.cluster.num_replicas > 1:
         from sim.engine.cluster.simulation import ClusterSimulation
 
-        return ClusterSimulation(sc).run()
+        return ClusterSimulation(sc, planned=planned).run()
     from sim.engine.simulation import Simulation
 
-    return Simulation(sc).run()
+    return Simulation(sc, planned=planned).run()
