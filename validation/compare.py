@@ -8,17 +8,37 @@ errors of the plain kernel sum too, so its share of the accuracy stays visible.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+from sim.engine.step.correction import step_kind
 
 #: The latency percentiles compared (summary.json's keys; ``p999`` is p99.9). One a summary
 #: lacks (an older one's p95) is left out of the comparison.
 QUANTILES = ("p50", "p90", "p95", "p99", "p999")
 
 
-def _kind(s) -> str:
-    if s.num_prefill_tokens and s.num_decode_tokens:
-        return "mixed"
-    return "prefill" if s.num_prefill_tokens else "decode"
+@dataclass(kw_only=True)
+class StepTiming:
+    """What :func:`step_errors` reads of a step run both ways: the prediction, the measurement,
+    the batch's shape (``shape(out)`` of its SchedulerOutput) and, where the calibration has a
+    composition, the plain kernel sum. ``sim validate``'s StepSample (validation/runner.py) and
+    the in-run InRunSample (validation/inrun.py) add what each knows of the step."""
+
+    predicted_s: float
+    measured_s: float
+    num_seqs: int
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    decode_kv_tokens: int
+    kernel_sum_s: float | None = None
+
+
+def shape(out) -> dict:
+    """A SchedulerOutput's batch shape, as :class:`StepTiming`'s keyword arguments."""
+    return {"num_seqs": out.num_seqs, "num_prefill_tokens": out.num_prefill_tokens,
+            "num_decode_tokens": out.num_decode_tokens, "decode_kv_tokens": out.decode_kv_tokens}
 
 
 def step_errors(samples) -> dict:
@@ -31,7 +51,7 @@ def step_errors(samples) -> dict:
     order = np.argsort(-np.abs(rel))[:5]
     kinds = {}
     for kind in ("prefill", "decode", "mixed"):
-        idx = [i for i, s in enumerate(samples) if _kind(s) == kind]
+        idx = [i for i, s in enumerate(samples) if step_kind(s.num_prefill_tokens, s.num_decode_tokens) == kind]
         if idx:
             kinds[kind] = {"num_steps": len(idx), "mape": float(np.mean(np.abs(rel[idx]))),
                            "bias": float(np.mean(rel[idx]))}

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 
 from sim.engine.step.correction import StepCorrection, step_kind
+from validation.compare import StepTiming, shape
 from sim.engine.step.predict import predicted_step_s
 from sim.errors import ConfigError
 
@@ -36,19 +37,12 @@ REPEATS = 3
 SUGGEST = "validate a small model's run instead (scenarios/validate-cpu.yaml)"
 
 
-@dataclass
-class InRunSample:
+@dataclass(kw_only=True)
+class InRunSample(StepTiming):
     step: int  # the engine step (1-based, counting steps that computed a batch)
     sim_s: float  # simulated time the step started
     kind: str  # prefill, decode or mixed
-    predicted_s: float
-    measured_s: float
-    num_seqs: int
-    num_prefill_tokens: int
-    num_decode_tokens: int
-    decode_kv_tokens: int
     factor: float | None = None  # --correct: the kind's factor the step ran with
-    kernel_sum_s: float | None = None  # (compare.step_errors reads it)
 
 
 class InRunValidator:
@@ -97,9 +91,8 @@ class InRunValidator:
         if self.correction is not None:
             factor = self.correction.factors[kind]
             self.correction.update(kind, measured / predicted, self.now())
-        self.samples.append(InRunSample(self.num_steps, self.now(), kind, predicted, measured, out.num_seqs,
-                                        out.num_prefill_tokens, out.num_decode_tokens, out.decode_kv_tokens,
-                                        factor))
+        self.samples.append(InRunSample(step=self.num_steps, sim_s=self.now(), kind=kind, predicted_s=predicted,
+                                        measured_s=measured, factor=factor, **shape(out)))
 
 
 class RealBatchTimer:

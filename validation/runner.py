@@ -30,17 +30,11 @@ from sim.engine.parts import build_parts
 from sim.engine.step.predict import after_idle_replay_s, kernel_sum_cost, predicted_step_s, predicted_transfer_s
 from sim.engine.simulation import SimResult, Simulation
 from sim.sched.output import SchedulerOutput
+from validation.compare import StepTiming, shape
 
-@dataclass
-class StepSample:
-    predicted_s: float
-    measured_s: float
-    num_seqs: int
-    num_prefill_tokens: int
-    num_decode_tokens: int
-    decode_kv_tokens: int
+@dataclass(kw_only=True)
+class StepSample(StepTiming):
     batch: tuple  # ((request_id, num_new_tokens), ...): the decision, for comparisons
-    kernel_sum_s: float | None = None  # the prediction without the calibration's composition
     idle_before_s: float | None = None  # open loop: wall time since the previous step ended
 
 
@@ -49,10 +43,10 @@ def _sample(cost, raw, out: SchedulerOutput, measured: float, idle_before_s: flo
     advances; after-idle factor included) against its measured time (swaps, packing and
     forward). ``kernel_sum_s`` is the plain kernel sum (``raw``: kernel_sum_cost(cost))."""
     transfer = predicted_transfer_s(cost, out)
-    return StepSample(predicted_step_s(cost, out, idle_before_s) + transfer, measured, out.num_seqs,
-                      out.num_prefill_tokens, out.num_decode_tokens, out.decode_kv_tokens,
-                      tuple((r.request_id, n) for r, n in out.scheduled),
-                      None if raw is None else predicted_step_s(raw, out) + transfer, idle_before_s)
+    return StepSample(predicted_s=predicted_step_s(cost, out, idle_before_s) + transfer, measured_s=measured,
+                      batch=tuple((r.request_id, n) for r, n in out.scheduled),
+                      kernel_sum_s=None if raw is None else predicted_step_s(raw, out) + transfer,
+                      idle_before_s=idle_before_s, **shape(out))
 
 
 def run_lockstep(sc: Scenario, device: torch.device, model: TinyLlama | None = None):
