@@ -43,7 +43,7 @@ def add_plan_parser(sub) -> None:
 def run_plan_command(args) -> int:
     import json
 
-    from sim.outputs.files import prepare_out_dir, refuse_linked_subfolder, safe_name, write_atomic
+    from sim.outputs.files import prepare_out_dir, refuse_linked_subfolder, remove_files, safe_name, write_atomic
     from sim.plan.page import render_plan_page
     from sim.plan.points import configs_dir, fingerprint, load_points, point_files, remove_points
     from sim.plan.results import finish, plan_csv, plan_document
@@ -59,8 +59,10 @@ def run_plan_command(args) -> int:
 
     spec = load_plan(str(resolve_scenario_path(args.plan)))  # a shipped plan (plan-chatbot) by name
     out_dir = Path(args.out) if args.out else Path("plans") / safe_name(spec.name, "plan")
-    # before minutes of simulation: --resume rewrites the plan's own files
-    prepare_out_dir(out_dir, PLAN_FILES, force=args.force or args.resume, known=PLAN_FILES)
+    # before minutes of simulation: --resume rewrites the plan's own files; an earlier plan's
+    # plotly.min.js goes once this one is written unless --plotly folder writes it again
+    writes = [f for f in PLAN_FILES if f != "plotly.min.js" or args.plotly == "folder"]
+    stale = prepare_out_dir(out_dir, writes, force=args.force or args.resume, known=PLAN_FILES)
     refuse_linked_subfolder(configs_dir(out_dir))
     if point_files(out_dir) and not (args.resume or args.force):
         raise ConfigError(str(configs_dir(out_dir)), "--out", "already holds a plan's finished configurations; "
@@ -94,6 +96,7 @@ def run_plan_command(args) -> int:
     from sim.outputs.plotlyjs import include
 
     write_atomic(out_dir / "plan.html", render_plan_page(spec, ranked, run.stats, include(args.plotly, out_dir)))
+    remove_files(stale)
     if not args.quiet:
         from sim.plan.table import print_plan
 

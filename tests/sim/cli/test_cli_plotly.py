@@ -69,6 +69,9 @@ def test_sweep_compare_and_plan_pages(tmp_path):
                  "--quiet"]) == 0
     assert _sources(tmp_path / "plan" / "plan.html") == ["plotly.min.js"]
     assert (tmp_path / "plan" / "plotly.min.js").read_text() == js
+    # as with sim run: --force without --plotly folder removes the earlier plan's copy
+    assert main(["plan", str(plan), "--out", str(tmp_path / "plan"), "--workers", "1", "--force", "--quiet"]) == 0
+    assert not (tmp_path / "plan" / "plotly.min.js").exists() and js in (tmp_path / "plan" / "plan.html").read_text()
 
 
 def test_a_bad_mode_is_one_line(tmp_path, capsys):
