@@ -94,3 +94,13 @@ def test_a_p95_slo_is_judged_on_the_p95_summary_json_reports(tiny_plan, write_pl
     s = summarize(Simulation(parse_scenario(d, c.source)).run())
     assert p["ttft_s"] == pytest.approx(s["ttft_s"]["p95"]) and p["tpot_s"] == pytest.approx(s["tpot_s"]["p95"])
     assert s["ttft_s"]["p90"] < p["ttft_s"] < s["ttft_s"]["p99"]  # not p90's or p99's
+
+
+def test_a_configuration_plans_its_memory_once_for_all_its_probes(tiny_plan, write_plan, monkeypatch):
+    from sim.engine import parts
+
+    spec = load_plan(write_plan(tiny_plan))
+    calls, real = [], parts.plan_memory
+    monkeypatch.setattr(parts, "plan_memory", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rec = evaluate_config(spec.configs[0], spec.slo, spec.search)
+    assert rec["num_probes"] >= 2 and len(calls) == 1  # the rate does not change the memory plan
