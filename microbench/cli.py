@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--backend", default="vllm", help="whose kernels: vllm (default), sglang, trtllm")
     a.add_argument("--version", help="the framework version of the tables (default: the newest holding all three)")
     a.add_argument("--out", help=f"calibration YAML to write (default {MEASURED_DIR}/<gpu>@<backend>.yaml)")
+    a.add_argument("--comm-curves", action="store_true",
+                   help="also take the package's measured NCCL and engine all-reduce curves into the interconnect "
+                        "(off by default: on held-out published TP cases they did worse; docs/MEASURED_KERNELS.md)")
     a.add_argument("--keep-jsonl", action="store_true",
                    help="also write the converted measurement records next to --out (<name>.jsonl, for microbench fit)")
     a.add_argument("--folds", type=int, default=5, help="cross-validation folds (by shape; default 5)")
@@ -179,6 +182,10 @@ def _import(args) -> int:
         print(f"  {table}: {c.rows:,} rows -> {len(c.records):,} records" + (f" (left out: {left})" if left else ""))
     base = load_calibration(SYSTEMS[args.system].datasheet, key="--system")
     cal = build_calibration(records, device, base, folds=args.folds)
+    from microbench.aiconfigurator_comm import attach_comm  # noqa: PLC0415
+
+    if args.comm_curves:  # the measured all-reduce curves (microbench/aiconfigurator_comm.py)
+        cal = attach_comm(cal, args.system, args.backend, args.version)
     check_fitted(cal, measurements=str(out))
     for f in cal.kernels.values():
         print("  " + describe(f))

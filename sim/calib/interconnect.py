@@ -13,7 +13,8 @@ An optional calibration section (schema 1 and 2; sim/calib/calibration.py reads 
         2: {allreduce_bus_bandwidth_bytes_per_s: 3.5e+11, allreduce_latency_s: 6.0e-06,
             allgather_bus_bandwidth_bytes_per_s: 3.3e+11, allgather_latency_s: 5.0e-06}
         8: {allreduce_latency_s: 1.2e-05,            # each key optional
-            allreduce_curve: [[262144, 4.5e-05], [16777216, 2.45e-04]]}  # NCCL's measured times
+            allreduce_curve: [[262144, 4.5e-05], [16777216, 2.45e-04]],  # NCCL's measured times
+            engine_allreduce_curve: [[256, 4.3e-06], [1048576, 1.24e-05]]}  # the engine's own kernel's
 
 Bus bandwidth is nccl-tests' ``busbw`` (NVIDIA/nccl-tests doc/PERFORMANCE.md): for an
 all-reduce of S bytes over n GPUs, busbw = S / time x 2 (n - 1) / n, which makes it
@@ -41,7 +42,10 @@ from the run's engine profile, EngineProfile.custom_allreduce_bytes): messages b
 bound for the GPU count take the form above, larger ones the curve. On a PCIe link every
 all-reduce runs NCCL (the engines' custom kernels need NVLink peer access: TensorRT-LLM's AUTO
 falls back to NCCL without it). Without a curve for the count, or without an engine choice
-(the ``eager`` profile), the form above times every size.
+(the ``eager`` profile), the form above times every size. An entry's ``engine_allreduce_curve``
+holds the engine's own kernel's measured times (``microbench import aiconfigurator`` reads them
+from the engine's custom all-reduce tables); where it is there, it times the messages below the
+engine's bound instead of the form (not on a PCIe link, where NCCL times every size).
 
 The p2p numbers time pipeline parallelism's activation transfers between stages: a send of
 S bytes from one GPU to the next takes ``p2p_latency_s + S / p2p_bandwidth_bytes_per_s``
@@ -79,6 +83,8 @@ _COUNT_KEYS: dict[str, tuple[float, float]] = {
 _NUM_GPUS = (2, 1024)  # the GPU counts a by_num_gpus entry may name
 _ALLOWED = (*_KEYS, "link", "source", "by_num_gpus")
 _CURVE = "allreduce_curve"  # a by_num_gpus entry's measured NCCL times (sim/calib/allreduce_curve.py)
+_ENGINE_CURVE = "engine_allreduce_curve"  # ... and its engine's own kernel's
+_CURVES = (_CURVE, _ENGINE_CURVE)
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,7 @@ class CountNumbers:
     allgather_bus_bandwidth_bytes_per_s: float | None = None
     allgather_latency_s: float | None = None
     allreduce_curve: AllReduceCurve | None = None  # NCCL's measured all-reduce times (no top-level one)
+    engine_allreduce_curve: AllReduceCurve | None = None  # the engine's own kernel's measured times
 
 
 @dataclass(frozen=True)
@@ -116,7 +123,7 @@ class Interconnect:
         pick = lambda v, top: top if v is None else v  # noqa: E731
         return CountNumbers(pick(own.allreduce_bus_bandwidth_bytes_per_s, bw), pick(own.allreduce_latency_s, lat),
                             pick(own.allgather_bus_bandwidth_bytes_per_s, bw), pick(own.allgather_latency_s, lat),
-                            own.allreduce_curve)
+                            own.allreduce_curve, own.engine_allreduce_curve)
 
     def nccl_curve(self, num_gpus: int) -> tuple[AllReduceCurve, float] | None:
         """(NCCL's measured curve, the smallest message it times) for an all-reduce over ``num_gpus``
@@ -128,6 +135,16 @@ class Interconnect:
         if self.link.startswith("pcie"):
             return curve, 0.0
         return curve, next((b for count, b in self.engine_allreduce if num_gpus <= count), 0.0)
+
+    def engine_curve(self, num_gpus: int) -> tuple[AllReduceCurve, float] | None:
+        """(the engine's own kernel's measured curve, the engine's bound: it times the messages
+        below it) over ``num_gpus`` GPUs (module docstring); None where the latency + bandwidth
+        form times them (no such curve for the count, no engine kernel at the count, or a PCIe link)."""
+        curve = self.numbers(num_gpus).engine_allreduce_curve
+        if curve is None or self.engine_allreduce is None or self.link.startswith("pcie"):
+            return None
+        bound = next((b for count, b in self.engine_allreduce if num_gpus <= count), 0.0)
+        return (curve, bound) if bound > 0 else None
 
     def allreduce_latency(self, num_gpus: int) -> float:
         """A small all-reduce's time over ``num_gpus`` GPUs."""
@@ -152,6 +169,9 @@ class Interconnect:
         nccl = self.nccl_curve(num_gpus)
         if nccl is not None and num_bytes >= nccl[1]:
             return nccl[0].seconds(num_bytes, self.allreduce_s_per_byte(num_gpus), self.allreduce_latency(num_gpus))
+        own = self.engine_curve(num_gpus)
+        if own is not None and num_bytes < own[1]:
+            return own[0].seconds(num_bytes, self.allreduce_s_per_byte(num_gpus), self.allreduce_latency(num_gpus))
         return self.allreduce_latency(num_gpus) + num_bytes * self.allreduce_s_per_byte(num_gpus)
 
     def p2p_s(self, num_bytes: float) -> float:
@@ -216,13 +236,13 @@ def _counts_from_dict(data: Any, file: str) -> tuple[tuple[int, CountNumbers], .
         if not isinstance(entry, dict):
             raise ConfigError(file, f"{where}.{key}", f"expected a mapping with keys from: {', '.join(_COUNT_KEYS)}")
         for name in entry:
-            if name not in _COUNT_KEYS and name != _CURVE:
-                allowed = ", ".join((*_COUNT_KEYS, _CURVE))
+            if name not in _COUNT_KEYS and name not in _CURVES:
+                allowed = ", ".join((*_COUNT_KEYS, *_CURVES))
                 raise ConfigError(file, f"{where}.{key}.{name}", f"unknown key; allowed: {allowed}")
-        curve = (curve_from_list(entry[_CURVE], file=file, key=f"{where}.{key}.{_CURVE}") if _CURVE in entry
-                 else None)
+        curves = {name: curve_from_list(entry[name], file=file, key=f"{where}.{key}.{name}")
+                  for name in _CURVES if name in entry}
         out[n] = CountNumbers(**{name: number_in(entry[name], file, f"{where}.{key}.{name}", lo, hi)
-                                 for name, (lo, hi) in _COUNT_KEYS.items() if name in entry}, allreduce_curve=curve)
+                                 for name, (lo, hi) in _COUNT_KEYS.items() if name in entry}, **curves)
     return tuple(sorted(out.items()))
 
 
@@ -237,7 +257,7 @@ def interconnect_to_dict(ic: Interconnect | None) -> dict:
     if ic.by_num_gpus:
         out["by_num_gpus"] = {n: {key: float(f"{getattr(c, key):.6g}") for key in _COUNT_KEYS
                                   if getattr(c, key) is not None}
-                              | ({_CURVE: curve_to_list(c.allreduce_curve)} if c.allreduce_curve else {})
+                              | {name: curve_to_list(getattr(c, name)) for name in _CURVES if getattr(c, name)}
                               for n, c in ic.by_num_gpus}
     return {"interconnect": out}
 

@@ -7,7 +7,8 @@ Each collective takes the interconnect's latency plus its bytes over the bus ban
 kernel launch (sim/calib/interconnect.py), so the step's collectives are linear in m; where the
 calibration measured NCCL's times for ``tp`` GPUs and the engine sends a message of that size to
 NCCL (``Interconnect.nccl_curve``), each all-reduce takes the measured curve's time instead
-(sim/calib/allreduce_curve.py). Pure.
+(sim/calib/allreduce_curve.py); where it measured the engine's own kernel too
+(``Interconnect.engine_curve``), the messages below the engine's bound take that curve. Pure.
 """
 
 from __future__ import annotations
@@ -43,10 +44,11 @@ def custom_allreduce_bound(max_bytes: float) -> tuple[tuple[int, float], ...]:
 
 
 class NcclPath(NamedTuple):
-    """The all-reduces that run NCCL on a measured curve: from ``min_bytes`` on."""
+    """The all-reduces timed by a measured curve: NCCL's from ``min_bytes`` on (``Collectives.nccl``),
+    or the engine's own kernel's below it (``Collectives.engine``)."""
 
     bytes_per_token: float  # one all-reduce's bytes per token of the step
-    min_bytes: float  # the smallest message NCCL runs (the engine's own kernel below)
+    min_bytes: float  # the smallest message NCCL runs: the engine's own kernel below
     curve: AllReduceCurve
     seconds_per_byte: float  # beyond the curve's last point
     launch_s: float  # the kernel launch each all-reduce pays on top
@@ -62,13 +64,16 @@ class Collectives(NamedTuple):
     gather_fixed_s: float  # the logits all-gather's latency and launch
     gather_per_seq_s: float  # its seconds per row
     nccl: NcclPath | None = None
+    engine: NcclPath | None = None  # the engine's own kernel's measured curve, below its ``min_bytes``
 
 
 def collectives_s(collectives: Collectives, m: int, num_seqs: int) -> float:
     """Seconds of a step's tensor-parallel collectives (``build_collectives``) for m tokens."""
-    count, fixed_s, per_token_s, gather_fixed_s, gather_per_seq_s, nccl = collectives
+    count, fixed_s, per_token_s, gather_fixed_s, gather_per_seq_s, nccl, own = collectives
     if nccl is not None and m * nccl.bytes_per_token >= nccl.min_bytes:
         t = count * (nccl.curve.seconds(m * nccl.bytes_per_token, nccl.seconds_per_byte, nccl.floor_s) + nccl.launch_s)
+    elif own is not None and m * own.bytes_per_token < own.min_bytes:
+        t = count * (own.curve.seconds(m * own.bytes_per_token, own.seconds_per_byte, own.floor_s) + own.launch_s)
     else:
         t = count * (fixed_s + m * per_token_s)
     return t + gather_fixed_s + num_seqs * gather_per_seq_s if num_seqs > 0 else t
@@ -92,7 +97,10 @@ def build_collectives(model: ModelSpec, calibration, tp: int, act_bytes: float,
     found = None if attention_dp else ic.nccl_curve(tp)
     nccl = None if found is None else NcclPath(model.hidden_size * act_bytes, found[1], found[0], per_byte, launch_s,
                                                ic.allreduce_latency(tp))
-    return Collectives(2 * model.num_layers + 1, fixed, per_token, gather_fixed, per_seq, nccl)
+    mine = None if attention_dp else ic.engine_curve(tp)
+    own = None if mine is None else NcclPath(model.hidden_size * act_bytes, mine[1], mine[0], per_byte, launch_s,
+                                             ic.allreduce_latency(tp))
+    return Collectives(2 * model.num_layers + 1, fixed, per_token, gather_fixed, per_seq, nccl, own)
 
 
 __all__ = ["TORCH_INTRA_NODE_ALLREDUCE", "TRTLLM_CUSTOM_ALLREDUCE", "VLLM_CUSTOM_ALLREDUCE", "Collectives", "NcclPath",
