@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 
 
-def stream(fe, t_end: float, work: float, produced, finished) -> None:
+def stream(fe, t_end: float, work: float, produced, finished) -> float:
     """``FrontEnd.stream`` of a step ending at ``t_end`` whose decodes and ``produced``
     (admitted requests whose prompt is done) sampled a token: the latter's first token and
-    ``finished``'s whole answer reach the client when the front end has done ``work``."""
+    ``finished``'s whole answer reach the client when the front end has done ``work``, the
+    time returned."""
     answered = fe._run(t_end, work)
     for req in produced:
         if req.client_first_s is None:
@@ -17,6 +18,17 @@ def stream(fe, t_end: float, work: float, produced, finished) -> None:
     if finished is not None:
         for req in finished:
             req.client_last_s = answered
+    return answered
+
+
+def delivered(itl, at: float, k: int, reqs, n: int, produced) -> None:
+    """The ITL log's gaps of a stretch's step ``k`` (sim/engine/logs/itl.py), whose ``n`` decodes
+    (``reqs[:n]`` at the first step) and ``produced`` got their tokens at ``at``: after the
+    first step every decode had its previous token in the step before."""
+    if k:
+        itl.tokens(at, produced, n)
+    else:
+        itl.tokens(at, reqs[:n] + list(produced))
 
 
 def advance_to(env, t: float, durations: list[float]):

@@ -14,7 +14,7 @@ one go, doing per step only what changes:
   taken, hashed and evicted in the same sequence (sim/engine/macro/batch.py);
 * the step log's row, from running sums of held, computed and final tokens updated at
   those crossings (the same integers ``StepLog.record`` sums over every request);
-* the front end's streaming work (one token per request per step).
+* the front end's streaming work (one token per request per step) and the tokens' gaps (ITL).
 
 A stretch may start when the scheduler is continuous (chunked or not), the allocator paged
 without a token budget, every running request is decoding, nothing is swapped, the batch
@@ -59,7 +59,7 @@ import math
 
 from sim.cost.shape import BatchShape
 from sim.engine.macro.batch import DecodeBatch
-from sim.engine.macro.clock import advance_to, stream
+from sim.engine.macro.clock import advance_to, delivered, stream
 from sim.engine.logs.metrics import StepLog
 from sim.kv.paged import PagedAllocator
 from sim.sched.continuous import ContinuousScheduler
@@ -152,7 +152,7 @@ class DecodeRun:
         budget, chunked = alloc.budget, sched.chunked
         max_tokens = sched.max_num_batched_tokens
         step_time = sim.cost.step_time_s
-        fe = sim.frontend
+        fe, itl = sim.frontend, sim.itl
         token_s = fe.token_s if fe is not None else 0.0
         one_cpu = fe is not None and fe.servers == 1
         next_input = self._next_input
@@ -264,9 +264,10 @@ class DecodeRun:
                 counts += row
                 if one_cpu and not produced and finished is None:  # FrontEnd._run on its one CPU, inlined
                     fe.busy_s += token_s * n
-                    fe.free_at = (fe.free_at if fe.free_at > t_end else t_end) + token_s * n
-                elif fe is not None:
-                    stream(fe, t_end, token_s * (n + len(produced)), produced, finished)
+                    at = fe.free_at = (fe.free_at if fe.free_at > t_end else t_end) + token_s * n
+                else:
+                    at = t_end if fe is None else stream(fe, t_end, token_s * (n + len(produced)), produced, finished)
+                delivered(itl, at, k, b.reqs, n, produced)
             t = t_end
             k += 1
             idle = 0.0
@@ -281,8 +282,7 @@ class DecodeRun:
                 if after_events:
                     duration, row, produced, finished = pending
                     core.steps.append_rows((t, duration, 0.0), (*row[:4], num_waiting, *row[5:]))
-                    if fe is not None:
-                        stream(fe, t, token_s * (n + len(produced)), produced, finished)
+                    delivered(itl, t if fe is None else stream(fe, t, token_s * (n + len(produced)), produced, finished), k - 1, b.reqs, n, produced)
                 if finished is not None:
                     core.last_end_s = t
                     core.after_stretch_finish(t)  # (a decode pool serves waiting hand-offs)
@@ -307,7 +307,7 @@ class DecodeRun:
         if k == 0:
             return 0
         core.steps.append_rows(doubles, counts)
-        b.write_back(k)
+        b.write_back(k, itl.last)
         if sched.finish_lag:  # the last step's batch, as ``schedule`` leaves it (its decodes in flight)
             sched.prev_scheduled = [(r, 1) for r, alive in zip(b.reqs, b.alive) if alive] + (
                 last_out.scheduled if last_out is not None else [])
