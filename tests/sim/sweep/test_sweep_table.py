@@ -83,7 +83,7 @@ def test_an_unknown_sort_column_is_one_error_line_before_anything_runs(scenario,
     assert _sweep(scenario, tmp_path / "sw", "--sort-by", bad) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: <cli>: --sort-by: ") and repr(bad) in err
-    assert "allowed: goodput_requests_per_s" in err and "{ttft_s,tpot_s,e2e_s}.{mean,p50,p90,p95,p99,p999}" in err
+    assert "allowed: goodput_requests_per_s" in err and "{ttft_s,tpot_s,itl_s,e2e_s}.{mean,p50,p90,p95,p99,p999}" in err
     assert not (tmp_path / "sw").exists()
 
 
