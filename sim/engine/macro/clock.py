@@ -4,6 +4,9 @@ to the end of steps advanced off it, and streaming a step's tokens through the f
 from __future__ import annotations
 
 import math
+from operator import attrgetter
+
+_TOKEN_S = attrgetter("token_s")
 
 
 def stream(fe, t_end: float, work: float, produced, finished) -> float:
@@ -24,9 +27,12 @@ def stream(fe, t_end: float, work: float, produced, finished) -> float:
 def delivered(itl, at: float, k: int, reqs, n: int, produced) -> None:
     """The ITL log's gaps of a stretch's step ``k`` (sim/engine/logs/itl.py), whose ``n`` decodes
     (``reqs[:n]`` at the first step) and ``produced`` got their tokens at ``at``: after the
-    first step every decode had its previous token in the step before."""
+    first step every decode had its previous token in the step before. (Their ``token_s`` is
+    stamped when the stretch ends: DecodeBatch.write_back.)"""
     if k:
         itl.tokens(at, produced, n)
+    elif not produced and list(map(_TOKEN_S, reqs[:n])).count(itl.last) == n:  # the usual start: in C
+        itl.tokens(at, (), n)
     else:
         itl.tokens(at, reqs[:n] + list(produced))
 
