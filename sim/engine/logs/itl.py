@@ -87,14 +87,17 @@ class ItlLog:
         if len(self.gaps) >= FLUSH:
             self.flush()
 
-    def flush(self) -> None:
-        """Move the pending pairs into the histogram."""
-        if not self.gaps:
-            return
-        g = np.asarray(self.gaps, dtype=float)
-        c = np.asarray(self.counts, dtype=np.int64)
-        self.gaps.clear()  # (in place: a macro-step stretch appends to them)
-        self.counts.clear()
+    def flush(self, everything: bool = False) -> None:
+        """Move the pending pairs into the histogram: each whole FLUSH of them (``everything``:
+        the rest too, at the end). The sum goes by the same pieces of the same pairs however
+        often this is called, so a run stepped one by one or in macro-steps has the same float."""
+        gaps, counts = self.gaps, self.counts
+        while len(gaps) >= FLUSH or (everything and gaps):
+            self._bin(np.asarray(gaps[:FLUSH], dtype=float), np.asarray(counts[:FLUSH], dtype=np.int64))
+            del gaps[:FLUSH]  # (in place: a macro-step stretch appends to them)
+            del counts[:FLUSH]
+
+    def _bin(self, g: np.ndarray, c: np.ndarray) -> None:
         self.n += int(c.sum())
         self.sum_s += float((g * c).sum())  # (numpy's pairwise sum: the same pairs, the same float)
         real = g >= TINY
@@ -111,8 +114,8 @@ class ItlLog:
 
     def add(self, other: ItlLog) -> None:
         """Count ``other``'s gaps too (a cluster's replicas into the whole cluster's)."""
-        other.flush()
-        self.flush()
+        other.flush(True)
+        self.flush(True)
         for k, v in other.bins.items():
             self.bins[k] = self.bins.get(k, 0) + v
         self.n += other.n
@@ -120,7 +123,7 @@ class ItlLog:
 
     def stats(self, percentiles: dict[str, float]) -> dict[str, float | None]:
         """``mean`` and each of ``percentiles`` (key -> percentile) of the gaps; None without any."""
-        self.flush()
+        self.flush(True)
         if not self.n:
             return {"mean": None, **dict.fromkeys(percentiles)}
         keys = np.array(sorted(self.bins), dtype=np.int64)

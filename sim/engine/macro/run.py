@@ -149,7 +149,7 @@ class DecodeRun:
         stepwise, goes_on, admits = self.stepwise, self.goes_on, self.admits
         budget, chunked, max_tokens = alloc.budget, sched.chunked, sched.max_num_batched_tokens
         fe, itl, step_time = sim.frontend, sim.itl, sim.cost.step_time_s
-        gaps, tallies = itl.gaps, itl.counts  # ItlLog.tokens inlined below (flush empties them in place)
+        gaps, tallies = itl.gaps, itl.counts  # ItlLog.tokens inlined below (flush takes from them in place)
         token_s, one_cpu = (fe.token_s, fe.servers == 1) if fe is not None else (0.0, False)
         next_input = self._next_input
         t_next = next_input() if stepwise else env.peek()
