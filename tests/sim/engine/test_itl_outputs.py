@@ -59,3 +59,19 @@ def test_itl_in_summary_table_and_report(case, tmp_path, capsys) -> None:
     if case == "disaggregated":  # the second token waits for the KV hand-off: the longest gaps
         handoff = summary["cluster"]["disaggregation"]
         assert handoff and itl["p999"] > itl["p50"]
+
+
+def test_sim_compare_lists_itl(tmp_path, capsys) -> None:
+    runs = []
+    for size in (8, 32):
+        out = tmp_path / f"b{size}"
+        assert main(["run", str(SCENARIOS / "chatbot.yaml"), "--out", str(out), "--no-report", "--quiet",
+                     "--set", "workload.num_requests=80", "--set", f"kv.block_size={size}"]) == 0
+        runs.append(out)
+    capsys.readouterr()
+    assert main(["compare", *map(str, runs), "--out", str(tmp_path / "c.html")]) == 0
+    printed = capsys.readouterr().out
+    row = next(line for line in printed.splitlines() if "ITL p99 (s)" in line)
+    for out in runs:
+        p99 = json.loads((out / "summary.json").read_text())["itl_s"]["p99"]
+        assert f"{p99:.4g}" in row
