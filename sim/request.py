@@ -41,7 +41,7 @@ class Request:
         "num_output_tokens", "session", "turn", "status", "num_computed_tokens",
         "num_generated", "admitted_s", "first_token_s", "last_token_s", "finish_s", "num_preemptions",
         "num_swaps", "num_cached_tokens", "reject_reason", "block_hashes", "admit_seq",
-        "prefix_len", "slot_room", "client_first_s", "client_last_s", "own_from", "followed",
+        "prefix_len", "slot_room", "client_first_s", "client_last_s", "own_from", "followed", "token_s",
     )
 
     def __init__(
@@ -80,6 +80,9 @@ class Request:
         # (sim/engine/step/frontend.py); None without one (the client sees the engine's times).
         self.client_first_s: float | None = None
         self.client_last_s: float | None = None
+        # When its latest token was delivered (the client's time as client_first_s; the ITL
+        # log's, sim/engine/logs/itl.py, stamped as the token goes out); None before the first.
+        self.token_s: float | None = None
         # Set by the paged allocator: while ``num_computed_tokens + num_new_tokens <=
         # slot_room``, ``allocate_slots`` (no cached tokens, no watermark) would change
         # nothing and succeed, so the scheduler skips the call. 0 when it holds nothing.

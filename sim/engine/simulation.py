@@ -23,6 +23,7 @@ import simpy
 from sim.config.scenario import Scenario
 from sim.engine.step.frontend import FrontEnd
 from sim.engine.macro.run import DecodeRun
+from sim.engine.logs.itl import ItlLog
 from sim.engine.logs.metrics import StepLog
 from sim.engine.parts import SessionDriver, build_parts
 from sim.engine.logs.request_log import Tally
@@ -54,6 +55,7 @@ class SimResult:
     kernel_timing: str = "engine"  # the calibration's (sim/calib/calibration.py): engine or device
     profile: object = None  # the engine profile as run (sim.cost.profile.EngineProfile)
     frontend: object = None  # the front end's CPUs (sim/engine/step/frontend.py), None without one
+    itl: object = None  # the inter-token gaps (sim/engine/logs/itl.py ItlLog), None where not kept
     extra: dict = field(default_factory=dict)
 
 
@@ -112,6 +114,12 @@ class Simulation:
         self.frontend = FrontEnd(profile, parts.sc.engine.api_servers) if profile.has_frontend else None
         self.core = EngineStep(self.scheduler, self.allocator, self.driver, StepLog(),
                                PredictedRunner(self.cost), clock=lambda: self.env.now, hook=step_hook)
+        # Every token's gap since the request's previous one, stamped when it reaches the client.
+        self.itl = ItlLog()
+        if self.frontend is not None:
+            self.frontend.itl = self.itl
+        else:
+            self.core.itl = self.itl
         self.macro_steps = macro_steps  # stretches of pure decodes in one go (sim/engine/macro/run.py)
 
     @property
@@ -261,4 +269,4 @@ class Simulation:
             scheduler=self.scheduler, preemptor=self.preemptor, allocator=self.allocator,
             swap=self.swap, sim_wall_s=time.perf_counter() - t0, end_s=self.done_s(),
             calibration_label=self.cal.source_label, profile=self.parts.profile, frontend=self.frontend,
-            kernel_timing=self.cal.kernel_timing)
+            kernel_timing=self.cal.kernel_timing, itl=self.itl)

@@ -40,6 +40,7 @@ KEY_METRICS = (
     ("goodput_requests_per_s", "goodput (req/s)"),
     *_percentiles("ttft_s", "TTFT", ("p50", "p95", "p99", "p999")),
     *_percentiles("tpot_s", "TPOT", ("p50", "p95", "p99", "p999")),
+    *_percentiles("itl_s", "ITL", ("p50", "p95", "p99", "p999")),
     *_percentiles("e2e_s", "E2E", ("p90", "p95", "p99", "p999")),
     ("kv.mean_allocated_unused_fraction", "KV allocated but unused"),
     ("requests.rejected", "rejected"),

@@ -80,8 +80,8 @@ def _summary_html(summary: dict, scenario_yaml: str) -> str:
         for k, v in summary.get(section, {}).items():
             shown = f"{v:.4g}" if isinstance(v, float) else html.escape(json.dumps(v))
             rows.append(f"<tr><td>{section}.{k}</td><td>{shown}</td></tr>")
-    for k in ("ttft_s", "tpot_s", "e2e_s"):
-        s = summary[k]
+    for k in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+        s = summary.get(k, {})
         vals = ", ".join(f"{stat_label(q)} {s[q]:.4g}" for q in STAT_KEYS if s.get(q) is not None)
         rows.append(f"<tr><td>{k}</td><td>{vals}</td></tr>")
     return (
@@ -96,7 +96,7 @@ def _replicas_html(s: dict) -> str:
     c = s["cluster"]
     head = ("<tr><th>replica</th><th>arrived</th><th>completed</th><th>rejected</th><th>in flight</th>"
             "<th>peak running</th><th>KV peak</th><th>preemptions</th><th>busy</th><th>prefix hits</th>"
-            "<th>TTFT p50 / p95 / p99</th><th>TPOT p50 / p95 / p99</th></tr>")
+            "<th>TTFT p50 / p95 / p99</th><th>TPOT p50 / p95 / p99</th><th>ITL p50 / p95 / p99</th></tr>")
 
     def ms(stats: dict) -> str:
         return " / ".join("-" if stats.get(q) is None else f"{stats[q] * 1e3:,.1f} ms" for q in ("p50", "p95", "p99"))
@@ -112,7 +112,7 @@ def _replicas_html(s: dict) -> str:
         q, hit = r["requests"], r["prefix_cache_hit_rate"]
         cells = [r["replica"], *([r["role"]] if roles else []), q["arrived"], q["completed"], q["rejected"], q["in_flight"], r["peak_running"],
                  f"{r['kv_peak_used_fraction']:.1%}", r["preemptions"], f"{r['busy_share']:.0%}",
-                 "-" if hit is None else f"{hit:.1%}", ms(r["ttft_s"]), ms(r["tpot_s"])]
+                 "-" if hit is None else f"{hit:.1%}", ms(r["ttft_s"]), ms(r["tpot_s"]), ms(r.get("itl_s", {}))]
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in cells) + "</tr>")
     title = (f"{c['num_replicas']} replicas, router {c['router']}"
              f"{', sticky sessions' if c['sticky_sessions'] else ''}")
@@ -138,7 +138,7 @@ def _key_numbers_html(s: dict) -> str:
     r, kv, pre = s["requests"], s["kv"], s["preemptions"]
 
     def ms(section: str, q: str) -> str:
-        v = s[section].get(q)
+        v = s.get(section, {}).get(q)
         return "-" if v is None else f"{v * 1e3:,.0f} ms" if v < 10 else f"{v:,.0f} s"
 
     attained = s.get("slo", {}).get("attained_fraction")
@@ -149,6 +149,7 @@ def _key_numbers_html(s: dict) -> str:
         _card(f"{s['goodput_requests_per_s']:.2f} req/s", "goodput" + (f" ({attained:.0%} meet the SLO)" if attained is not None else "")),
         _card(f"{ms('ttft_s', 'p50')} / {ms('ttft_s', 'p95')} / {ms('ttft_s', 'p99')}", "TTFT p50 / p95 / p99"),
         _card(f"{ms('tpot_s', 'p50')} / {ms('tpot_s', 'p95')} / {ms('tpot_s', 'p99')}", "TPOT p50 / p95 / p99"),
+        _card(f"{ms('itl_s', 'p50')} / {ms('itl_s', 'p95')} / {ms('itl_s', 'p99')}", "ITL p50 / p95 / p99 (every token's gap)"),
         _card(f"{kv['mean_allocated_unused_fraction']:.1%}", "allocated KV not holding tokens"),
         _card(f"{kv['peak_used_fraction']:.0%}", f"peak KV pool use ({kv['pool_tokens']:,} tokens)" if "replicas" not in s
               else f"peak KV use of a {'virtual engine' if virtual_engines(s) else 'replica'} "

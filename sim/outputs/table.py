@@ -46,8 +46,9 @@ def print_summary(s: dict, out_dir: Path, report: bool = True) -> None:
     t.add_column("metric")
     for k in STAT_KEYS:
         t.add_column(stat_label(k), justify="right")
-    for name in ("ttft_s", "tpot_s", "e2e_s"):
-        t.add_row(name.replace("_s", " (ms)"), *(_ms(s[name], k) for k in STAT_KEYS))
+    for name in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+        if name in s:  # (itl_s: not in a summary older than it)
+            t.add_row(name.replace("_s", " (ms)"), *(_ms(s[name], k) for k in STAT_KEYS))
     console.print(t)
     reasons = ", ".join(f"{k}: {v}" for k, v in r["rejected_by_reason"].items()) or "none"
     pol = s["policies"]
@@ -107,7 +108,8 @@ def _replica_lines(s: dict) -> list[str]:
             f"preempted {r['preemptions']}, busy {r['busy_share']:.0%}"
             + (f", prefix hits {hit:.1%}" if hit is not None else "")
             + f"; ttft p50/p95/p99 {_ms(r['ttft_s'], 'p50')}/{_ms(r['ttft_s'], 'p95')}/{_ms(r['ttft_s'], 'p99')} ms, "
-            f"tpot p50 {_ms(r['tpot_s'], 'p50')} ms")
+            f"tpot p50 {_ms(r['tpot_s'], 'p50')} ms"
+            + (f", itl p99 {_ms(r['itl_s'], 'p99')} ms" if "itl_s" in r else ""))
     return lines
 
 

@@ -30,6 +30,7 @@ import asyncio
 import heapq
 from collections import deque
 
+from sim.engine.logs.itl import ItlLog
 from sim.engine.logs.metrics import StepLog
 from sim.engine.logs.request_log import RequestLog, Tally
 from sim.engine.step.engine_step import EngineStep, PredictedRunner
@@ -88,6 +89,11 @@ class ServedEngine:
         self.frontend = FrontEnd(profile, self.sc.engine.api_servers) if profile.has_frontend else None
         self.core = EngineStep(sched, parts.allocator, _NoTurns(), StepLog(), PredictedRunner(parts.cost),
                                clock=lambda: self.t)
+        self.itl = ItlLog()  # the gaps summary.json gives (sim/engine/logs/itl.py), as a Simulation keeps them
+        if self.frontend is not None:
+            self.frontend.itl = self.itl
+        else:
+            self.core.itl = self.itl
         self.t = 0.0  # the engine's simulated time: the end of its last step, or its last wake-up
         self._arrived: deque[Request] = deque()  # stamped, not yet through the front end's intake
         self._pending: list = []  # (reaches the engine at, request id, request): heap

@@ -24,7 +24,7 @@ def sim_result(engine) -> SimResult:
         requests=engine.requests, steps=engine.core.steps, scheduler=engine.scheduler, preemptor=p.preemptor,
         allocator=p.allocator, swap=p.swap, end_s=max(engine.t, engine.frontend.free_at if engine.frontend else 0.0),
         calibration_label=p.cal.source_label, profile=p.profile, frontend=engine.frontend,
-        kernel_timing=p.cal.kernel_timing)
+        kernel_timing=p.cal.kernel_timing, itl=engine.itl)
 
 
 def accounting(engines: list) -> dict:

@@ -1,9 +1,9 @@
 """Sweep points whose results are identical: grouped, and why when it can be told.
 
 Two ok points are *identical* when every number of their outcome is the same: the requests'
-counts, latencies (TTFT, TPOT, E2E), throughputs, goodput and SLO share, the KV pool's numbers,
+counts, latencies (TTFT, TPOT, ITL, E2E), throughputs, goodput and SLO share, the KV pool's numbers,
 the preemptions, the engine's counters and each replica's (summary.json's sections ``requests``,
-``ttft_s``, ``tpot_s``, ``e2e_s``, ``throughput``, ``goodput_requests_per_s``,
+``ttft_s``, ``tpot_s``, ``itl_s``, ``e2e_s``, ``throughput``, ``goodput_requests_per_s``,
 ``slo.attained_fraction``, ``kv``, ``preemptions``, ``engine``, ``replicas``). The sections that
 echo the settings (``policies``, ``profile``, the SLO's limits) and wall-clock time are left out:
 they differ by construction. The simulator is deterministic, so equal numbers mean the keys
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from sim.outputs.files import flatten
 
-_OUTCOME = ("requests.", "ttft_s.", "tpot_s.", "e2e_s.", "throughput.", "kv.", "preemptions.", "engine.")
+_OUTCOME = ("requests.", "ttft_s.", "tpot_s.", "itl_s.", "e2e_s.", "throughput.", "kv.", "preemptions.", "engine.")
 _OUTCOME_KEYS = ("goodput_requests_per_s", "slo.attained_fraction", "replicas")
 _PREEMPTION_KEYS = ("scheduler.preemption", "scheduler.preemption_victim")
 _SWAP_KEYS = ("kv.swap_space_gb", "kv.swap_transfer")

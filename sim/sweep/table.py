@@ -21,7 +21,7 @@ RANK_BY = (("goodput_requests_per_s", "goodput (req/s)"), ("throughput.requests_
 SHOWN = (("goodput_requests_per_s", "goodput req/s", 1.0), ("throughput.requests_per_s", "req/s", 1.0),
          ("ttft_s.p99", "TTFT p99 ms", 1e3), ("e2e_s.p90", "E2E p90 ms", 1e3))
 
-_LATENCIES = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"))
+_LATENCIES = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E"))
 #: What ``--sort-by`` ranks by: results.csv column -> (header, scale (None: a share), higher is better).
 SORT_METRICS = {
     "goodput_requests_per_s": ("goodput req/s", 1.0, True),
@@ -40,7 +40,7 @@ SORT_METRICS = {
 
 
 def sort_metric_names() -> str:
-    """The ``--sort-by`` values, in one line (the latencies' 18 folded into one pattern)."""
+    """The ``--sort-by`` values, in one line (the latencies' 24 folded into one pattern)."""
     plain = [k for k in SORT_METRICS if not k.startswith(tuple(f"{key}." for key, _ in _LATENCIES))]
     lat = "{" + ",".join(key for key, _ in _LATENCIES) + "}.{" + ",".join(STAT_KEYS) + "}"
     return ", ".join([*plain[:5], lat, *plain[5:]])

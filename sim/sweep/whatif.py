@@ -30,7 +30,7 @@ METRIC_LABELS = {
     "goodput_requests_per_s": "goodput under the SLO (requests/s)",
     "slo.attained_fraction": "share of finished requests meeting the SLO",
     **{f"{k}.{q}": f"{name} {stat_label(q)} (s)" for k, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"),
-                                                                   ("e2e_s", "E2E latency"))
+                                                                   ("itl_s", "ITL"), ("e2e_s", "E2E latency"))
        for q in ("p50", "p90", "p95", "p99", "p999", "mean")},
     "kv.mean_allocated_unused_fraction": "KV waste: share of allocated KV not holding tokens",
     "kv.mean_token_fraction": "KV pool share holding real tokens (mean)",

@@ -85,4 +85,4 @@ class Replica(Simulation):
             calibration_source=str(self.cal.source), requests=self.requests, steps=self.steps,
             scheduler=self.scheduler, preemptor=self.preemptor, allocator=self.allocator,
             swap=self.swap, end_s=end_s, calibration_label=self.cal.source_label, profile=self.parts.profile,
-            frontend=self.frontend, kernel_timing=self.cal.kernel_timing)
+            frontend=self.frontend, kernel_timing=self.cal.kernel_timing, itl=self.itl)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from sim.config.scenario import Scenario
+from sim.engine.logs.itl import merged
 from sim.engine.logs.metrics import frontend_note, summarize
 from sim.engine.disagg.handoff import Disaggregation
 from sim.engine.disagg.pools import build_pools, with_sessions
@@ -70,7 +71,8 @@ class ClusterResult:
         """Every request, with replica 0's engine: summarize() over it gives the request
         figures of the whole cluster (its engine figures are replaced by aggregates)."""
         return dataclasses.replace(self.replicas[0], requests=self.requests, end_s=self.end_s,
-                                   sim_wall_s=self.sim_wall_s, extra={}, frontend=None)
+                                   sim_wall_s=self.sim_wall_s, extra={}, frontend=None,
+                                   itl=merged(r.itl for r in self.replicas))
 
 
 def refuse_pipeline_pools(sc: Scenario, pools: dict[str, Scenario]) -> None:
@@ -203,7 +205,7 @@ AGGREGATION = {
     "largest_replica": [f"kv.{k}" for k in _PEAKS] + [
         "preemptions.swap_peak_bytes", "engine.peak_running", "engine.peak_waiting"],
     "mean_over_replicas": ["kv.mean_* fractions"],
-    "over_all_requests": ["requests", "ttft_s", "tpot_s", "e2e_s", "throughput", "goodput_requests_per_s",
+    "over_all_requests": ["requests", "ttft_s", "tpot_s", "itl_s", "e2e_s", "throughput", "goodput_requests_per_s",
                           "slo", "kv.prefix_cache_hit_rate"],
 }
 
@@ -277,4 +279,5 @@ def _replica_entry(index: int, s: dict, end_s: float) -> dict:
         "prefix_cache_hit_rate": s["kv"]["prefix_cache_hit_rate"],
         "ttft_s": {q: s["ttft_s"][q] for q in REPLICA_PERCENTILES},
         "tpot_s": {q: s["tpot_s"][q] for q in REPLICA_PERCENTILES},
+        "itl_s": {q: s["itl_s"][q] for q in REPLICA_PERCENTILES},
     }

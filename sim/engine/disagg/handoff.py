@@ -263,6 +263,7 @@ class Disaggregation:
         req.admitted_s = copy.admitted_s
         req.first_token_s = copy.first_token_s
         req.client_first_s = copy.client_first_s if copy.client_first_s is not None else copy.first_token_s
+        req.token_s = copy.token_s  # its second token's gap (ITL) spans the hand-off
         req.num_cached_tokens = copy.num_cached_tokens
         req.num_preemptions = copy.num_preemptions
         req.num_computed_tokens = req.num_prompt_tokens

@@ -31,7 +31,7 @@ from sim.kv.base import KVAllocator
 from sim.request import RequestStatus
 from sim.model.dtypes import embedding_dtype
 
-#: The percentiles summary.json gives of TTFT, TPOT and E2E: key -> percentile (numpy's
+#: The percentiles summary.json gives of TTFT, TPOT, ITL and E2E: key -> percentile (numpy's
 #: ``percentile``, linear between samples). ``p999`` is p99.9 (a dot would split the key's path).
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
 #: The keys of each latency's statistics, in summary.json's order.
@@ -49,6 +49,11 @@ def _stats(values) -> dict[str, float | None]:
     a = np.asarray(values, dtype=float)
     qs = np.percentile(a, list(PERCENTILES.values()))
     return {"mean": float(a.mean()), **{k: float(q) for k, q in zip(PERCENTILES, qs)}}
+
+
+def itl_stats(itl) -> dict[str, float | None]:
+    """summary.json's ``itl_s`` from a run's ItlLog (sim/engine/logs/itl.py); all None without one."""
+    return dict.fromkeys(STAT_KEYS) if itl is None else itl.stats(PERCENTILES)
 
 
 def request_latencies(req) -> tuple[float | None, float | None, float | None]:
@@ -233,6 +238,8 @@ def summarize(result) -> dict:
         },
         "ttft_s": ttft,
         "tpot_s": _stats(rr.done_tpot()),
+        # every gap between two tokens of a request (sim/engine/logs/itl.py: 0.05% bins)
+        "itl_s": itl_stats(getattr(result, "itl", None)),
         "e2e_s": _stats(rr.done_e2e()),
         "throughput": {
             "requests_per_s": rr.num_done / span,

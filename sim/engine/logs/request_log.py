@@ -131,7 +131,7 @@ class RequestLog(IndexedSequence):
         req.reject_reason = None if code < 0 else list(self._reasons)[code]
         sid = int(v[_INDEX["session_id"]])
         req.prompt_segments, req.session, req.block_hashes = (), (None if sid < 0 else SessionId(sid)), []
-        req.admit_seq, req.slot_room, req.own_from, req.followed = -1, 0, None, True
+        req.admit_seq, req.slot_room, req.own_from, req.followed, req.token_s = -1, 0, None, True, None
         return req
 
     def columns(self, names: Iterable[str] = FIELDS, start: int = 0, stop: int | None = None) -> dict[str, np.ndarray]:

@@ -175,11 +175,13 @@ class DecodeBatch:
         self.refresh()
         return done
 
-    def write_back(self, k: int) -> None:
-        """Each live request's counters at the start of step ``k`` (the stretch ends)."""
+    def write_back(self, k: int, token_s: float) -> None:
+        """Each live request's counters at the start of step ``k`` (the stretch ends), and when
+        its latest token was delivered, ``token_s`` (every one had a token in the last step)."""
         ring, B = self.ring, self.B
         for r, c, g, a, table, quick in zip(self.reqs, self.cb, self.gb, self.alive, self.tbls, self.quick):
             if a:
+                r.token_s = token_s
                 r.num_computed_tokens = c + k
                 r.num_generated = g + k
                 if ring and quick:

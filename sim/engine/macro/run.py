@@ -1,20 +1,18 @@
 """Macro-steps: many decode steps at once, with exactly the results of stepping one by one.
 
-Between events, a batch of decodes evolves predictably: every running request computes one
-token a step. :class:`DecodeRun` finds such a stretch at a step boundary and advances it in
-one go, doing per step only what changes:
+Between events, a batch of decodes evolves predictably: every running request computes one token a step.
+:class:`DecodeRun` finds such a stretch at a step boundary and advances it in one go, doing per step only what changes:
 
 * the step's time, from the cost model on the step's shape (``num_seqs`` decodes over
   ``sum(computed + 1)`` KV tokens, which grows by the batch size each step; a datasheet
   model's ``decode_time_fn`` adds up the terms that do not depend on the KV once per batch
   size), added to the clock by the same float additions the step-by-step loop makes;
-* the allocator calls the scheduler would make: a request whose next token does not fit
-  its ``slot_room`` calls ``allocate_slots`` at exactly the step and in exactly the order it
-  would have (requests are bucketed by the step of their next crossing), so blocks are
-  taken, hashed and evicted in the same sequence (sim/engine/macro/batch.py);
-* the step log's row, from running sums of held, computed and final tokens updated at
-  those crossings (the same integers ``StepLog.record`` sums over every request);
-* the front end's streaming work (one token per request per step).
+* the allocator calls the scheduler would make: a request whose next token does not fit its ``slot_room`` calls
+  ``allocate_slots`` at exactly the step and in exactly the order it would have (requests are bucketed by the
+  step of their next crossing), so blocks are taken, hashed and evicted in the same sequence (macro/batch.py);
+* the step log's row, from running sums of held, computed and final tokens updated at those crossings (the same
+  integers ``StepLog.record`` sums over every request);
+* the front end's streaming work (one token per request per step) and the tokens' gaps (ITL).
 
 A stretch may start when the scheduler is continuous (chunked or not), the allocator paged
 without a token budget, every running request is decoding, nothing is swapped, the batch
@@ -59,7 +57,7 @@ import math
 
 from sim.cost.shape import BatchShape
 from sim.engine.macro.batch import DecodeBatch
-from sim.engine.macro.clock import advance_to, stream
+from sim.engine.macro.clock import advance_to, delivered, stream
 from sim.engine.logs.metrics import StepLog
 from sim.kv.paged import PagedAllocator
 from sim.sched.continuous import ContinuousScheduler
@@ -149,12 +147,10 @@ class DecodeRun:
         env, core, sched, alloc = sim.env, sim.core, sim.scheduler, sim.allocator
         b = DecodeBatch(sched.running, alloc)
         stepwise, goes_on, admits = self.stepwise, self.goes_on, self.admits
-        budget, chunked = alloc.budget, sched.chunked
-        max_tokens = sched.max_num_batched_tokens
-        step_time = sim.cost.step_time_s
-        fe = sim.frontend
-        token_s = fe.token_s if fe is not None else 0.0
-        one_cpu = fe is not None and fe.servers == 1
+        budget, chunked, max_tokens = alloc.budget, sched.chunked, sched.max_num_batched_tokens
+        fe, itl, step_time = sim.frontend, sim.itl, sim.cost.step_time_s
+        gaps, tallies = itl.gaps, itl.counts  # ItlLog.tokens inlined below (flush takes from them in place)
+        token_s, one_cpu = (fe.token_s, fe.servers == 1) if fe is not None else (0.0, False)
         next_input = self._next_input
         t_next = next_input() if stepwise else env.peek()
         t = env.now
@@ -264,9 +260,15 @@ class DecodeRun:
                 counts += row
                 if one_cpu and not produced and finished is None:  # FrontEnd._run on its one CPU, inlined
                     fe.busy_s += token_s * n
-                    fe.free_at = (fe.free_at if fe.free_at > t_end else t_end) + token_s * n
-                elif fe is not None:
-                    stream(fe, t_end, token_s * (n + len(produced)), produced, finished)
+                    at = fe.free_at = (fe.free_at if fe.free_at > t_end else t_end) + token_s * n
+                else:
+                    at = t_end if fe is None else stream(fe, t_end, token_s * (n + len(produced)), produced, finished)
+                if k and not produced:  # ItlLog.tokens of n decodes that had a token in the step before
+                    gaps.append(at - itl.last)
+                    tallies.append(n)
+                    itl.last = at
+                else:
+                    delivered(itl, at, k, b.reqs, n, produced)
             t = t_end
             k += 1
             idle = 0.0
@@ -281,8 +283,7 @@ class DecodeRun:
                 if after_events:
                     duration, row, produced, finished = pending
                     core.steps.append_rows((t, duration, 0.0), (*row[:4], num_waiting, *row[5:]))
-                    if fe is not None:
-                        stream(fe, t, token_s * (n + len(produced)), produced, finished)
+                    delivered(itl, t if fe is None else stream(fe, t, token_s * (n + len(produced)), produced, finished), k - 1, b.reqs, n, produced)
                 if finished is not None:
                     core.last_end_s = t
                     core.after_stretch_finish(t)  # (a decode pool serves waiting hand-offs)
@@ -295,6 +296,7 @@ class DecodeRun:
             elif straddling:
                 t_next = next_input()  # (stepwise) the bound may have moved meanwhile
             if k - k_flushed >= ROWS_PER_FLUSH:
+                itl.flush()
                 core.steps.append_rows(doubles, counts)
                 doubles, counts, k_flushed = [], [], k
             if out is not None and partial:
@@ -307,7 +309,7 @@ class DecodeRun:
         if k == 0:
             return 0
         core.steps.append_rows(doubles, counts)
-        b.write_back(k)
+        b.write_back(k, itl.last)
         if sched.finish_lag:  # the last step's batch, as ``schedule`` leaves it (its decodes in flight)
             sched.prev_scheduled = [(r, 1) for r, alive in zip(b.reqs, b.alive) if alive] + (
                 last_out.scheduled if last_out is not None else [])

@@ -117,6 +117,9 @@ class EngineStep:
         self.idle_before_s = math.inf  # idle time before the last batch that ran
         #: ``sim run --schedule``: every step's decisions (sim/engine/logs/schedule_log.py); None: not kept
         self.schedule_log = None
+        #: the ITL log (sim/engine/logs/itl.py) the step's tokens go to at its end; None: not kept
+        #: here (a front end's streaming stamps them: sim/engine/step/frontend.py)
+        self.itl = None
 
     def has_work(self) -> bool:
         return self.scheduler.has_work()
@@ -151,6 +154,8 @@ class EngineStep:
             return StepEnd(retry=bool(out.preempted) or out.num_released > 0)
         self.last_end_s = end_s
         finished: list[Request] = self.scheduler.update_from_output(out, end_s, step.start_s)
+        if self.itl is not None:
+            self.itl.tokens(end_s, self.scheduler.sampled)
         if self.schedule_log is not None:
             self.schedule_log.record(out, finished, self.scheduler, self.allocator, step.start_s)
         self.steps.record(end_s, end_s - step.start_s, out, self.scheduler, self.allocator)

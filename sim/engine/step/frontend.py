@@ -37,6 +37,7 @@ class FrontEnd:
         self.free_at = 0.0  # when the CPUs finish the jobs they have (the last of them)
         self._free = [0.0] * servers  # each CPU's (servers > 1)
         self.busy_s = 0.0  # total work done (utilisation = busy_s / span / servers)
+        self.itl = None  # the ITL log the streamed tokens go to (sim/engine/logs/itl.py), if kept
 
     def _run(self, now: float, work_s: float) -> float:
         """A step's streaming work: on the one CPU, or in even shares over all of them."""
@@ -71,6 +72,8 @@ class FrontEnd:
         short of the prompt's end samples none); ``finished``: the requests that finished in
         it (a static batch returns answers whose last token came earlier)."""
         done = self._run(now, self.token_s * len(sampled)) if sampled else now
+        if self.itl is not None and sampled:
+            self.itl.tokens(done, sampled)
         for req in sampled:
             if req.client_first_s is None:
                 req.client_first_s = done

@@ -33,7 +33,7 @@ def cluster_run(tmp_path_factory):
 def test_summary_has_todays_keys_a_cluster_block_and_replicas(cluster_run):
     out, s = cluster_run
     single_keys = ["scenario", "model", "gpu", "calibration_source", "calibration_label", "policies", "profile",
-                   "notes", "requests", "ttft_s", "tpot_s", "e2e_s", "throughput", "goodput_requests_per_s",
+                   "notes", "requests", "ttft_s", "tpot_s", "itl_s", "e2e_s", "throughput", "goodput_requests_per_s",
                    "slo", "kv", "memory", "preemptions", "engine"]
     assert list(s) == single_keys + ["cluster", "replicas", "sim_wall_s"]
     assert {k: s["cluster"][k] for k in ("num_replicas", "router", "sticky_sessions")} == {
@@ -45,9 +45,9 @@ def test_summary_has_todays_keys_a_cluster_block_and_replicas(cluster_run):
     assert s["kv"]["pool_tokens"] == 3 * one_pool
     for rep in s["replicas"]:
         assert set(rep) == {"replica", "requests", "peak_running", "kv_peak_used_fraction", "preemptions",
-                            "busy_share", "prefix_cache_hit_rate", "ttft_s", "tpot_s"}
+                            "busy_share", "prefix_cache_hit_rate", "ttft_s", "tpot_s", "itl_s"}
         assert 0 < rep["busy_share"] <= 1 and 0 < rep["kv_peak_used_fraction"] <= s["kv"]["peak_used_fraction"]
-        assert list(rep["ttft_s"]) == list(rep["tpot_s"]) == ["p50", "p95", "p99"]
+        assert list(rep["ttft_s"]) == list(rep["tpot_s"]) == list(rep["itl_s"]) == ["p50", "p95", "p99"]
         assert rep["ttft_s"]["p50"] <= rep["ttft_s"]["p95"] <= rep["ttft_s"]["p99"]
 
 

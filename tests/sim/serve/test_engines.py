@@ -3,18 +3,21 @@ recompute preemption, static batching, a contiguous allocator, the eager profile
 end). A burst of requests against a small KV pool through ``sim serve`` (fast: the time scale
 is high, and exactness does not depend on the host keeping up), then ``sim run`` on the
 served arrivals (arrivals.csv): every request's TTFT, end-to-end latency and preemptions
-agree, and the allocator's invariants hold."""
+agree, and the allocator's invariants hold; the ITL ``/metrics`` observed is summary.json's."""
 
 from __future__ import annotations
 
 import asyncio
 import csv
+import json
 import math
 
 import aiohttp
 import pytest
 
 from sim.cli.main import main as sim_main
+from sim.engine.logs.itl import REL_ERROR
+from sim.engine.logs.metrics import STAT_KEYS
 from sim.serve.results import write_served
 from tests.sim.serve.conftest import run_served, token_ids, write_scenario
 
@@ -65,3 +68,10 @@ def test_served_equals_sim_run(tmp_path, rng, sections):
         assert math.isclose(float(a["e2e_s"]), float(b["e2e_s"]), rel_tol=1e-5, abs_tol=1e-6)
     if "num_gpu_blocks_override" in sections.get("engine", {}):
         assert sum(int(r["num_preemptions"]) for r in mine) > 0  # the pool was under pressure
+    # ITL: the gaps the server's /metrics histogram observed, token by token, are the run's
+    itl = engine.stats.itl
+    served, replay = (json.loads((d / "summary.json").read_text())["itl_s"] for d in (out, tmp_path / "run"))
+    assert itl.n == sum(int(r["num_output_tokens"]) - 1 for r in mine) > 0
+    assert math.isclose(served["mean"], itl.total / itl.n, rel_tol=1e-9)
+    for q in STAT_KEYS:
+        assert math.isclose(served[q], replay[q], rel_tol=2 * REL_ERROR + 1e-5), q
