@@ -258,6 +258,9 @@ def summarize_cluster(result: ClusterResult) -> dict:
     if str(cfg.router) == "prefix-aware" and not result.scenario.kv.prefix_caching:
         out["notes"].append("cluster.router prefix-aware without kv.prefix_caching: no replica caches "
                             "prefixes, so every request is routed least-outstanding")
+    if str(cfg.router) == "cache-aware" and not result.scenario.kv.prefix_caching:
+        out["notes"].append("cluster.router cache-aware without kv.prefix_caching: the router keeps a prefix's "
+                            "requests together, but no replica caches prefixes, so no prefill is saved")
     out["replicas"] = [_replica_entry(i, s, result.end_s) for i, s in enumerate(per)]
     if result.handoff is not None:
         for entry, role, s in zip(out["replicas"], result.roles, per):

@@ -208,3 +208,13 @@ def test_bad_router_keys_give_one_line_naming_the_key(tmp_path, capsys, key, val
     assert main(["run", str(path), "--out", str(tmp_path / "out"), "--no-report"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"cluster.{key}" in err[0] and allowed in err[0] and "s.yaml" in err[0]
+
+
+def test_without_prefix_caching_the_summary_says_nothing_is_saved():
+    s, _ = run(scenario({"num_replicas": 2, "router": "cache-aware"}, kv={"prefix_caching": False},
+                        workload={"num_requests": 30}))
+    assert any("cache-aware without kv.prefix_caching" in n for n in s["notes"])
+    assert s["kv"]["prefix_cache_hit_rate"] is None
+    with_cache, _ = run(scenario({"num_replicas": 2, "router": "cache-aware"}, kv={"prefix_caching": True},
+                                 workload={"num_requests": 30}))
+    assert not any("cache-aware" in n for n in with_cache["notes"])
