@@ -27,7 +27,8 @@ class RouterKind(StrEnum):
     ROUND_ROBIN = "round-robin"  # replicas in turn
     LEAST_OUTSTANDING = "least-outstanding"  # fewest requests in flight (queued, running, swapped, in the front end)
     LEAST_KV = "least-kv"  # most free KV slots
-    PREFIX_AWARE = "prefix-aware"  # longest cached prefix, unless that replica is overloaded
+    PREFIX_AWARE = "prefix-aware"  # longest cached prefix, unless that replica is overloaded (llm-d's precise scorer)
+    CACHE_AWARE = "cache-aware"  # SGLang's router: a tree of the prompts sent to each replica, balance thresholds
 
 
 class DecodeRouterKind(StrEnum):
@@ -48,6 +49,10 @@ _MAX_POOL = 256  # as cluster.num_replicas
 _Replicas = Annotated[int, Field(gt=0, le=_MAX_POOL)]
 _Gbps = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)]  # up to 1 Pb/s
 _Seconds = Annotated[float, Field(ge=0, le=60.0, allow_inf_nan=False)]
+_Fraction = Annotated[float, Field(ge=0, le=1.0, allow_inf_nan=False)]
+_Ratio = Annotated[float, Field(ge=1.0, le=1e6, allow_inf_nan=False)]
+_Count = Annotated[int, Field(ge=0, le=2**40)]
+_Interval = Annotated[float, Field(ge=0, le=1e7, allow_inf_nan=False)]
 
 
 class KVTransferConfig(BaseModel):
@@ -122,14 +127,31 @@ class ClusterConfig(BaseModel):
         RouterKind.ROUND_ROBIN,
         description="`round-robin`; `least-outstanding` (fewest requests in flight: waiting, running, swapped, "
                     "in its front end); `least-kv` (most free KV slots); `prefix-aware` (longest cached prefix "
-                    "of the prompt, unless that replica has more than `prefix_load_factor` times the mean "
-                    "outstanding requests: then least-outstanding).")
+                    "of the prompt, read from each replica's cache as llm-d's precise scorer knows it, unless that "
+                    "replica has more than `prefix_load_factor` times the mean outstanding requests: then "
+                    "least-outstanding); `cache-aware` (SGLang's router: a tree of the prompts it has sent to each "
+                    "replica, `cache_threshold` and the `balance_*` thresholds below).")
     sticky_sessions: bool = Field(
         True, description="Later turns of a conversation go to the replica of its first turn (`false`: the "
                           "router picks again).")
     prefix_load_factor: pos_float("cluster.prefix_load_factor") = Field(
         1.5, description="The `prefix-aware` router's load limit, in times the mean outstanding requests over "
                          "replicas.")
+    cache_threshold: _Fraction = Field(
+        0.3, description="`cache-aware`: route to the replica the tree matches best when the match is more than "
+                         "this fraction of the prompt's tokens; otherwise to the replica with the smallest tree "
+                         "(SGLang's default 0.3).")
+    balance_abs_threshold: _Count = Field(
+        64, description="`cache-aware`: loads (outstanding requests) are imbalanced, and the least loaded replica "
+                        "gets the request, when the most loaded has more than this many more than the least "
+                        "loaded *and* more than `balance_rel_threshold` times as many (SGLang's default 64).")
+    balance_rel_threshold: _Ratio = Field(
+        1.5, description="`cache-aware`: the relative half of the imbalance test (SGLang's default 1.5).")
+    eviction_interval_s: _Interval = Field(
+        120.0, description="`cache-aware`: seconds between the tree's evictions (SGLang's default 120; 0: never).")
+    max_tree_size: _Count = Field(
+        2**26, description="`cache-aware`: tokens of prompts each replica's part of the tree keeps at an eviction "
+                           "(least recently used leaves go first; SGLang's default 2^26, in characters there).")
     disaggregation: DisaggregationConfig | None = Field(
         None, description="Split the replicas into a prefill pool and a decode pool (below; unset: one pool).")
 

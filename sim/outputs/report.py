@@ -22,6 +22,7 @@ from plotly.io import to_html
 import yaml
 
 from sim.outputs.figures import LatencySeries, latency_cdf_figure
+from sim.engine.cluster.router import cache_aware_line
 from sim.engine.cluster.simulation import ClusterResult
 from sim.engine.logs.metrics import STAT_KEYS, stat_label
 from sim.engine.pipeline.summary import pipeline_title, replica_label, virtual_engines
@@ -116,6 +117,8 @@ def _replicas_html(s: dict) -> str:
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in cells) + "</tr>")
     title = (f"{c['num_replicas']} replicas, router {c['router']}"
              f"{', sticky sessions' if c['sticky_sessions'] else ''}")
+    if "cache_aware" in c:  # SGLang's cache-aware router: where its picks went
+        title += "; " + cache_aware_line(c["cache_aware"])
     if "disaggregation" in c:
         d = c["disaggregation"]
         title += (f"; disaggregated: {d['prefill_replicas']} prefill, {d['decode_replicas']} decode "

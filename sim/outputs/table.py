@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from sim.engine.cluster.router import cache_aware_line
 from sim.engine.logs.metrics import STAT_KEYS, stat_label
 from sim.engine.pipeline.summary import pipeline_title, replica_label, virtual_engines
 
@@ -98,6 +99,8 @@ def _replica_lines(s: dict) -> list[str]:
         lines = [f"cluster      {c['num_replicas']} replicas, router {c['router']}"
                  f"{', sticky sessions' if c['sticky_sessions'] else ''} (kv pool and counters above: sums "
                  "over replicas; peaks: the largest replica's)"]
+        if "cache_aware" in c:
+            lines.append(f"router       {cache_aware_line(c['cache_aware'])}")
     for r in s["replicas"]:
         q, hit = r["requests"], r["prefix_cache_hit_rate"]
         name = (f"{replica_label(s, r)}:" if virtual_engines(s) else

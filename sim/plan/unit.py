@@ -14,7 +14,9 @@ the load evenly, as for a plan without units).
 
 Cluster keys a plan may search (``space``): ``cluster`` (a whole mapping per value),
 ``cluster.num_replicas``, ``cluster.router``, ``cluster.sticky_sessions``,
-``cluster.prefix_load_factor`` and ``cluster.disaggregation`` (a whole mapping per value,
+``cluster.prefix_load_factor``, the cache-aware router's keys (``cluster.cache_threshold``,
+``cluster.balance_abs_threshold``, ``cluster.balance_rel_threshold``, ``cluster.eviction_interval_s``,
+``cluster.max_tree_size``) and ``cluster.disaggregation`` (a whole mapping per value,
 ``null`` for one pool, or any of its sub-keys).
 """
 
@@ -22,7 +24,9 @@ from __future__ import annotations
 
 from sim.errors import ConfigError
 
-CLUSTER_KEYS = ("num_replicas", "router", "sticky_sessions", "prefix_load_factor", "disaggregation")
+CLUSTER_KEYS = ("num_replicas", "router", "sticky_sessions", "prefix_load_factor", "cache_threshold",
+                "balance_abs_threshold", "balance_rel_threshold", "eviction_interval_s", "max_tree_size",
+                "disaggregation")
 
 
 def is_cluster_key(key: str) -> bool:

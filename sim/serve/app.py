@@ -98,7 +98,7 @@ class Server:
             return _error(404, f"The model `{ask.model}` does not exist (this server serves "
                                f"`{self.model_name}`).", "NotFoundError", "model")
         req = Request(0, arrived, ask.segments, ask.max_tokens, ask.max_tokens)
-        engine = self.engines[self.router.pick(req)] if self.router is not None else self.engines[0]
+        engine = self.engines[self.router.pick(req, arrived)] if self.router is not None else self.engines[0]
         ticket = engine.submit(req)
         self.active += 1
         try:

@@ -54,7 +54,7 @@ def scenarios(draw) -> dict:
     if topology == "cluster":
         data["cluster"] = {"num_replicas": draw(st.integers(2, 4)),
                            "router": draw(st.sampled_from(["round-robin", "least-outstanding", "least-kv",
-                                                           "prefix-aware"]))}
+                                                           "prefix-aware", "cache-aware"]))}
     elif topology == "disagg":
         p, d = draw(st.integers(1, 2)), draw(st.integers(1, 2))
         data["cluster"] = {"num_replicas": p + d, "router": "least-outstanding", "disaggregation": {

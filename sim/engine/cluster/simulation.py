@@ -146,7 +146,7 @@ class ClusterSimulation:
         home = None
         if self.sticky and turn > 0:
             home = self._home.pop(sid, None) if last else self._home.get(sid)
-        index = home if home is not None else self.router.pick(req)
+        index = home if home is not None else self.router.pick(req, self.env.now)
         if self.sticky and turn == 0 and not last:
             self._home[sid] = index
         self.replica_of.append(index)
@@ -247,12 +247,22 @@ def summarize_cluster(result: ClusterResult) -> dict:
                       "sticky_sessions": cfg.sticky_sessions, "prefix_load_factor": cfg.prefix_load_factor,
                       "prefix_routed": router.num_prefix_routed, "prefix_fallbacks": router.num_fallbacks,
                       "aggregation": AGGREGATION}
+    if str(cfg.router) == "cache-aware":  # SGLang's router: its settings and where its picks went
+        out["cluster"]["cache_aware"] = {
+            "cache_threshold": cfg.cache_threshold, "balance_abs_threshold": cfg.balance_abs_threshold,
+            "balance_rel_threshold": cfg.balance_rel_threshold, "eviction_interval_s": cfg.eviction_interval_s,
+            "max_tree_size": cfg.max_tree_size, "cache_routed": router.num_cache_routed,
+            "balanced": router.num_balanced, "low_match": router.num_low_match,
+            "eviction_passes": router.num_evictions, "tree_tokens": list(router.tree.sizes)}
     if result.handoff is not None:  # disaggregated prefill/decode (sim/engine/disagg/summary.py)
         kv["prefix_cache_hit_rate"] = prefill_pool_hit_rate(result)
         out["cluster"]["disaggregation"] = disaggregation_summary(result, per)
     if str(cfg.router) == "prefix-aware" and not result.scenario.kv.prefix_caching:
         out["notes"].append("cluster.router prefix-aware without kv.prefix_caching: no replica caches "
                             "prefixes, so every request is routed least-outstanding")
+    if str(cfg.router) == "cache-aware" and not result.scenario.kv.prefix_caching:
+        out["notes"].append("cluster.router cache-aware without kv.prefix_caching: the router keeps a prefix's "
+                            "requests together, but no replica caches prefixes, so no prefill is saved")
     out["replicas"] = [_replica_entry(i, s, result.end_s) for i, s in enumerate(per)]
     if result.handoff is not None:
         for entry, role, s in zip(out["replicas"], result.roles, per):

@@ -51,6 +51,14 @@ def test_cluster_keys_make_units_with_their_gpus(tiny_plan, write_plan):
     assert not plain.clustered and all(c.unit is None for c in plain.configs)
 
 
+def test_a_plan_may_search_the_cache_aware_routers_keys(tiny_plan, write_plan):
+    tiny_plan["space"] = {"cluster.num_replicas": [2], "cluster.router": ["cache-aware"],
+                          "cluster.cache_threshold": [0.3, 0.6], "cluster.balance_abs_threshold": [8]}
+    spec = load_plan(write_plan(tiny_plan))
+    assert [(c.values["cluster.cache_threshold"], c.unit["router"]) for c in spec.configs] == [
+        (0.3, "cache-aware"), (0.6, "cache-aware")]
+
+
 BAD = [
     ({"cluster.num_replicas": [2], "cluster.router": ["round-robin", "random"]},
      "space.cluster.router: value \"random\": Input should be 'round-robin'"),
