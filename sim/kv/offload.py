@@ -6,7 +6,10 @@ of in pinned host memory and loads them back instead of prefilling them again. H
 * :class:`HostTier` is the tier: a capacity in blocks, the chained block hashes it holds
   (content is never modelled, only which prefixes are resident), its own LRU order, and
   the counters of what crossed the link. A hash being loaded is pinned: the tier's LRU
-  never evicts it mid-load.
+  never evicts it mid-load. A CPU tier may have a ``lower`` one (a disk): what its LRU
+  evicts is demoted there (SGLang HiCache's host-to-storage backup on eviction), a lookup
+  continues there by the same hashes, and a hash is in at most one of them (a GPU block
+  the CPU tier stores again takes its hash up from the disk).
 * :class:`OffloadBlockPool` is the GPU pool that hands each cached block it evicts to the
   tier (``store: evicted``: every one; ``reused``: only blocks whose hash was hit at least
   once), unless another GPU block still holds the same hash.
@@ -39,6 +42,8 @@ class TierSpec:
     bandwidth_bytes_per_s: float  # host link, each direction
     latency_s: float  # fixed cost of one transfer (a batch of blocks)
     store_reused_only: bool = False  # ``store: reused``
+    write_bandwidth_bytes_per_s: float = 0.0  # stores into the tier (0: ``bandwidth_bytes_per_s``; a disk's writes)
+    name: str = "cpu"
 
 
 class HostTier:
@@ -63,6 +68,9 @@ class HostTier:
         self.store_busy_s = 0.0  # device -> host link time of the stores
         self.load_busy_s = 0.0  # host -> device link time of the loads
         self.peak_resident = 0
+        self.lower: HostTier | None = None  # the next tier (a disk): what this one evicts is demoted there
+        self.num_demoted = 0  # evicted blocks handed to ``lower``
+        self.num_superseded = 0  # blocks dropped because the tier above stored their hash again
 
     @property
     def num_resident(self) -> int:
@@ -78,13 +86,20 @@ class HostTier:
     def store(self, hashes: list[int]) -> None:
         """Write the evicted GPU blocks of ``hashes`` (one transfer; asynchronous in the engine
         modelled: it holds the device-to-host direction, never compute). A hash already
-        resident only becomes the most recent."""
-        lru, new = self._lru, 0
+        resident only becomes the most recent; one the lower tier holds moves up (unless a
+        load is reading it there: it stays there). What the LRU evicts meanwhile is demoted
+        to the lower tier in one transfer."""
+        lru, new, lower = self._lru, 0, self.lower
+        demoted: list[int] | None = [] if lower is not None else None
         for h in hashes:
             if h in lru:
                 lru.move_to_end(h)
                 continue
-            if len(lru) >= self.capacity_blocks and not self._evict_one():
+            if lower is not None and h in lower._lru:
+                if h in lower._pins:
+                    continue
+                lower.discard(h)
+            if len(lru) >= self.capacity_blocks and not self._evict_one(demoted):
                 self.num_store_skipped += 1
                 continue
             lru[h] = None
@@ -92,28 +107,60 @@ class HostTier:
         if new:
             self.num_stored += new
             self.bytes_stored += new * self.spec.block_bytes
-            self.store_busy_s += self.transfer_s(new)
+            self.store_busy_s += self.write_s(new)
             if len(lru) > self.peak_resident:
                 self.peak_resident = len(lru)
+        if demoted:  # (a hash this call evicted and stored again stays here: it is demoted once at most)
+            demoted = [h for h in dict.fromkeys(demoted) if h not in lru]
+            self.num_demoted += len(demoted)
+            lower.store(demoted)
 
-    def _evict_one(self) -> bool:
-        """Drop the least recently used unpinned block; False if every block is pinned."""
+    def write_s(self, num_blocks: int) -> float:
+        spec = self.spec
+        bandwidth = spec.write_bandwidth_bytes_per_s or spec.bandwidth_bytes_per_s
+        return spec.latency_s + num_blocks * spec.block_bytes / bandwidth
+
+    def _evict_one(self, demoted: list[int] | None = None) -> bool:
+        """Drop the least recently used unpinned block (onto ``demoted``, the lower tier's, if
+        given); False if every block is pinned."""
         for h in self._lru:
             if h not in self._pins:
                 del self._lru[h]
                 self.num_evicted += 1
+                if demoted is not None:
+                    demoted.append(h)
                 return True
         return False
+
+    def discard(self, h: int) -> None:
+        """The tier above stored ``h`` again: this copy goes (a hash is in one lower tier at most)."""
+        del self._lru[h]
+        self.num_superseded += 1
 
     def lookup(self, hashes: list[int]) -> int:
         """How many of ``hashes`` (the blocks after the GPU hits, in order) are resident from
         the first on; those become the most recent. Counted by ``count_lookup``, once the
         request is admitted (a request that waits for room looks up again)."""
-        lru, n = self._lru, 0
+        lru, n, lower = self._lru, 0, self.lower
+        if lower is not None:
+            return self._lookup_chain(hashes, lower)
         for h in hashes:
             if h not in lru:
                 break
             lru.move_to_end(h)
+            n += 1
+        return n
+
+    def _lookup_chain(self, hashes: list[int], lower: HostTier) -> int:
+        """``lookup`` through this tier and the lower one: each next hash in either."""
+        lru, below, n = self._lru, lower._lru, 0
+        for h in hashes:
+            if h in lru:
+                lru.move_to_end(h)
+            elif h in below:
+                below.move_to_end(h)
+            else:
+                break
             n += 1
         return n
 
@@ -122,17 +169,31 @@ class HostTier:
         self.num_lookup_blocks += num_blocks
         self.num_hit_blocks += num_hits
 
-    def pin(self, hashes: list[int]) -> None:
+    def pin(self, hashes: list[int]) -> int:
+        """Pin ``hashes`` (resident here or, with a lower tier, there) for a load; returns how
+        many of them the lower tier holds (its reads)."""
+        lower, below = self.lower, 0
         for h in hashes:
-            self._pins[h] = self._pins.get(h, 0) + 1
+            tier = self
+            if lower is not None and h not in self._lru:
+                tier, below = lower, below + 1
+            tier._pins[h] = tier._pins.get(h, 0) + 1
+        return below
 
     def loading_any(self, hashes: list[int]) -> bool:
         """Whether a load in flight reads any of ``hashes``."""
         pins = self._pins
+        if self.lower is not None and self.lower.loading_any(hashes):
+            return True
         return bool(pins) and any(h in pins for h in hashes)
 
     def unpin(self, hashes: list[int]) -> None:
         pins = self._pins
+        if self.lower is not None:
+            below = [h for h in hashes if h not in pins]
+            if below:
+                self.lower.unpin(below)
+                hashes = [h for h in hashes if h in pins]
         for h in hashes:
             left = pins[h] - 1
             if left:
@@ -150,7 +211,13 @@ class HostTier:
 
     def check_invariants(self) -> None:
         assert len(self._lru) <= self.capacity_blocks, "tier over capacity"
-        assert self.num_stored - self.num_evicted == len(self._lru), "a tier block is lost or double-counted"
+        assert self.num_stored - self.num_evicted - self.num_superseded == len(self._lru), \
+            "a tier block is lost or double-counted"
+        if self.lower is not None:
+            self.lower.check_invariants()
+            assert not any(h in self.lower._lru for h in self._lru), "a hash in two lower tiers"
+            assert self.lower.num_stored + self.lower.num_store_skipped == self.num_demoted, \
+                "a demoted block is neither on disk nor counted as dropped"
         assert all(h in self._lru for h in self._pins), "a pinned block left the tier"
         assert self.peak_resident >= len(self._lru), "peak below resident"
 
@@ -195,6 +262,14 @@ class OffloadPagedAllocator(PagedAllocator):
         self.tier = tier
         self.pool = OffloadBlockPool(num_blocks, eviction, unhashed_first, unhashed_first, tier)
         self._loading: dict[int, int] = {}  # request_id -> blocks being loaded (after its GPU hits)
+        self._below: dict[int, int] = {}  # request_id -> of those, blocks read from the lower tier (a disk)
+
+    def count_load(self, req: Request, num_blocks: int) -> tuple[float, float]:
+        """Count the load ``begin_load`` started: (seconds reading the lower tier's blocks into
+        host memory, 0 without any; seconds of the host-to-device copy of all ``num_blocks``)."""
+        below = self._below.get(req.request_id, 0)
+        disk_s = self.tier.lower.count_load(below) if below else 0.0
+        return disk_s, self.tier.count_load(num_blocks)
 
     def lookup_tier(self, req: Request, cached_tokens: int) -> tuple[int, int]:
         """(blocks looked up, of which the tier holds from the first on) after the
@@ -226,7 +301,10 @@ class OffloadPagedAllocator(PagedAllocator):
         revived = sum(1 for b in cached_blocks if pool.ref_cnt[b] == 0)
         if num_blocks > pool.num_free - revived - -(-keep_free_slots // B):
             return False
-        self.tier.pin(req.block_hashes[start:start + num_blocks])
+        below = self.tier.pin(req.block_hashes[start:start + num_blocks])
+        if below:
+            self._below[req.request_id] = below
+            self.tier.lower.num_hit_blocks += below
         self.num_queried_tokens += req.num_tokens
         self.num_hit_tokens += cached_tokens
         for b in cached_blocks:
@@ -239,6 +317,8 @@ class OffloadPagedAllocator(PagedAllocator):
     def end_load(self, req: Request) -> int:
         """The load of ``req``'s tier blocks is done: cache them; returns the tokens now on the GPU."""
         num_blocks = self._loading.pop(req.request_id)
+        if self._below:
+            self._below.pop(req.request_id, None)
         table = self.block_tables[req.request_id]
         start = self._num_registered[req.request_id]
         stop = start + num_blocks

@@ -38,7 +38,12 @@ def run_with(tmp_path, capsys, kv: dict | None = None, offload: dict | None = No
 
 
 @pytest.mark.parametrize(("offload", "key", "says"), [
-    ({"tier": "disk", "capacity_gb": 1}, "kv.offload.tier", "'cpu'"),
+    ({"tier": "disk", "capacity_gb": 1}, "kv.offload", "give the list [cpu, disk]"),
+    ([{"tier": "disk", "capacity_gb": 1}], "kv.offload", "[cpu] or [cpu, disk]"),
+    ([{"tier": "cpu", "capacity_gb": 1}, {"tier": "disk", "capacity_gb": 1e9}], "kv.offload.1.capacity_gb", "ceiling"),
+    ([{"tier": "cpu", "capacity_gb": 1}, {"tier": "tape", "capacity_gb": 1}], "kv.offload.1.tier", "'disk'"),
+    ([{"tier": "cpu", "capacity_gb": 1}, {"tier": "disk", "capacity_gb": 1, "store": "reused"}], "kv.offload.1", "for tier cpu"),
+    ({"tier": "cpu", "capacity_gb": 1, "write_bandwidth_gb_per_s": 3}, "kv.offload", "disk tier's"),
     ({"tier": "cpu"}, "kv.offload", "exactly one of capacity_gb"),
     ({"tier": "cpu", "capacity_gb": 1, "capacity_tokens": 100}, "kv.offload", "exactly one of capacity_gb"),
     ({"tier": "cpu", "capacity_gb": 0}, "kv.offload.capacity_gb", "greater than 0"),
