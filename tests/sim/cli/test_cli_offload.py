@@ -123,7 +123,9 @@ def test_a_disk_tier_runs_end_to_end_with_its_report(scenarios_dir, tmp_path, ca
     tiers = "[{tier: cpu, capacity_gb: 2}, {tier: disk, capacity_gb: 64}]"
     assert main(["run", str(scenarios_dir / "multiturn-offload.yaml"), "--set", f"kv.offload={tiers}",
                  "--out", str(out)]) == 0
-    shown = capsys.readouterr().out
+    captured = capsys.readouterr()
+    shown = captured.out
+    assert "warning" not in captured.err  # every report section was drawn
     assert "kv offload   cpu+disk:" in shown and "  disk tier  64.0 GiB:" in shown
     summary = json.loads((out / "summary.json").read_text())
     tier = summary["kv_offload"]
