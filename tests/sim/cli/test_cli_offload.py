@@ -159,3 +159,29 @@ def test_set_names_a_missing_list_item(tmp_path, capsys) -> None:
                  "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.splitlines() == [err] and "kv.offload.3.capacity_gb" in err and "allowed 0 to 0" in err
+
+
+def test_sim_kv_sizes_a_cpu_tier(capsys) -> None:
+    assert main(["kv", "--model", "llama-3.1-8b", "--offload-gb", "32", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["kv_offload_blocks"] == 32 * 2**30 // r["bytes_per_block"]
+    assert r["kv_offload_tokens"] == r["kv_offload_blocks"] * r["block_size"]
+    assert r["kv_offload_host_bytes"] == r["kv_offload_blocks"] * r["bytes_per_block"]
+    assert r["host_memory_bytes"] == 128 * 2**30 and r["kv_offload_host_share"] == pytest.approx(0.25)
+    assert main(["kv", "--model", "llama-3.1-8b", "--offload-gb", "200", "--tp", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["host_memory_bytes"] == 256 * 2**30
+    assert main(["kv", "--model", "llama-3.1-8b", "--offload-gb", "32"]) == 0
+    assert "CPU tier (kv.offload)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("argv", "flag", "says"), [
+    (["--offload-gb", "200"], "--offload-gb", "more than the 128.0 GiB of host memory"),
+    (["--offload-gb", "64", "--host-memory-gb", "32"], "--offload-gb", "more than the 32.0 GiB"),
+    (["--host-memory-gb", "32"], "--host-memory-gb", "with --offload-gb only"),
+    (["--offload-gb", "-1"], "--offload-gb", "must be in"),
+    (["--offload-gb", "lots"], "--offload-gb", "expected a number"),
+])
+def test_sim_kv_refuses_a_tier_past_the_host_memory(capsys, argv, flag, says) -> None:
+    assert main(["kv", "--model", "llama-3.1-8b", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [err] and err.startswith(f"error: <cli>: {flag}: ") and says in err
