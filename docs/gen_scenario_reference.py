@@ -183,6 +183,9 @@ class Walker:
         else:
             default = _value(field.default)
         union = _union_models(bare)
+        one_or_list = _one_or_list(bare)
+        if one_or_list is not None:  # kv.offload: one mapping or a list of them
+            bare = one_or_list
         if _is_model(bare):
             if bare in self.seen:
                 first = self.seen[bare]
@@ -193,6 +196,8 @@ class Walker:
                 self.seen[bare] = key
             if default == "(below)":
                 default = "its keys' defaults"
+            if one_or_list is not None:
+                type_text = type_text.replace("mapping: ", "mapping, or a list of them: ", 1)
         elif union is not None:
             title, anchor = UNIONS[union]
             tags = sorted((_tag(m) for m in union), key=lambda t: _order(union, t))
@@ -240,6 +245,18 @@ class Walker:
                     continue
                 rows.append(self.row(name, model.model_fields[name], []))
             self.sections.append(Section(f"`type: {_tag(model)}`", _doc(model.__doc__), rows, level + 1))
+
+
+def _one_or_list(t):
+    """The model of a "one mapping or a list of them" union (sim/config/offload_schema.py's
+    OffloadTiers), else None."""
+    if typing.get_origin(t) is not typing.Union:
+        return None
+    args = [typing.get_args(a)[0] if typing.get_origin(a) is typing.Annotated else a for a in typing.get_args(t)]
+    if len(args) == 2 and _is_model(args[0]) and typing.get_origin(args[1]) is list \
+            and typing.get_args(args[1]) == (args[0],):
+        return args[0]
+    return None
 
 
 def _tag(model) -> str:

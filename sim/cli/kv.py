@@ -11,6 +11,7 @@ import json
 import math
 from typing import Any
 
+from sim.cli.kv_offload import add_offload_args, offload_fields, offload_rows
 from sim.errors import ConfigError
 from sim.model.attention import attention_layers, is_mixed, kv_bytes_per_seq, simulator_bytes_per_seq
 from sim.model.dtypes import DTYPE_BYTES, embedding_dtype
@@ -68,6 +69,7 @@ def add_kv_parser(subparsers: Any) -> None:
     p.add_argument("--attention-dp", action="store_true",
                    help="with --tp N: the N GPUs run attention data-parallel (each its own requests' KV, all"
                         " attention heads; MLP, experts and vocabulary split): SGLang's --enable-dp-attention")
+    add_offload_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=run_kv)
 
@@ -128,6 +130,7 @@ def kv_report(args: argparse.Namespace) -> dict[str, Any]:
         "max_model_len": max_model_len, "tensor_parallel_size": tp, "pipeline_parallel_size": pp,
         "attention_data_parallel": dp,
     }
+    out |= offload_fields(args, per_block, block_size, tp)  # --offload-gb: a CPU tier (sim/cli/kv_offload.py)
     if pp > 1:
         out["stage_layers"] = list(stage_layers(model.num_layers, pp))
     if tp > 1 or pp > 1:  # per GPU: its share of the weights and of every token's KV (the largest stage's)
@@ -276,7 +279,7 @@ def _print_table(r: dict[str, Any]) -> None:
                  ("full-length requests at once", f"{r['max_full_length_seqs']:,}")]
         if r["simulator_max_full_length_seqs"] != r["max_full_length_seqs"]:
             rows.append(("  as `sim run` counts them", f"{r['simulator_max_full_length_seqs']:,}"))
-    for name, value in rows:
+    for name, value in rows + offload_rows(r, _human_bytes):
         table.add_row(name, value)
     console = Console()
     console.print(table)

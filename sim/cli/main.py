@@ -76,10 +76,13 @@ def _check_footprint(sc, quiet: bool) -> tuple:
     from sim.engine.footprint import check_footprint
     from sim.engine.parts import build_plan
 
+    from sim.engine.host_memory import check_host_memory
+
     planned = build_plan(sc)
-    warning = check_footprint(sc, planned[2].num_gpu_blocks)
-    if warning and not quiet:
-        print(warning, file=sys.stderr)
+    plan = planned[2]
+    for warning in (check_footprint(sc, plan.num_gpu_blocks), check_host_memory(sc, plan.bytes_per_block, plan.block_size)):
+        if warning and not quiet:
+            print(warning, file=sys.stderr)
     return planned
 
 

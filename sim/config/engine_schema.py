@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from sim.config.limits import FrozenModel as _Frozen, nonneg_int, pos_int
+from sim.config.limits import FrozenModel as _Frozen, nonneg_int, pos_float, pos_int
 from sim.config.profile_schema import PipelineMode, ProfileChoice, ProfileOverrides
 from sim.cost.profile import DEFAULT_PROFILE, Entrypoint
 
@@ -97,6 +97,11 @@ class EngineConfig(_Frozen):
                           "Unset: 164 MiB (614 MiB with tensor parallelism; 768 MiB for non-vLLM profiles).")
     num_gpu_blocks_override: pos_int("engine.num_gpu_blocks_override") | None = Field(
         None, description="Force the KV pool size, in blocks.")
+    host_memory_gb: pos_float("engine.host_memory_gb") | None = Field(  # sim/engine/host_memory.py
+        None, description="Host RAM the engine's machine gives it, in GiB: `kv.offload`'s CPU tier and "
+                          "`kv.swap_space_gb` must fit in it (checked with `kv.offload` only). Unset: 128 GiB "
+                          "per GPU of the engine (`tensor_parallel_size` of them), a cloud GPU node's share "
+                          "([KV offload](../KV_OFFLOAD.md#host-memory)).")
     tensor_parallel_size: Literal[1, 2, 4, 8] = Field(  # sim/model/parallel.py
         1,
         description="GPUs of the scenario's `gpu` one replica is split over, as vLLM does: the memory plan is "

@@ -69,6 +69,8 @@ _TABLE = (
     Limit("kv.offload.capacity_tokens", 1 << 40, "tokens of KV in host memory"),
     Limit("kv.offload.bandwidth_gb_per_s", 1e5, "GB/s of host link"),
     Limit("kv.offload.latency_s", 1.0, "seconds per transfer"),
+    Limit("kv.offload.write_bandwidth_gb_per_s", 1e5, "GB/s of disk writes"),
+    Limit("engine.host_memory_gb", 1 << 20, "1 PiB of host memory"),
     Limit("scheduler.max_num_seqs", 1 << 20, "more than any engine runs at once"),
     Limit("scheduler.max_num_batched_tokens", MAX_TOKENS, "as engine.max_model_len"),
     Limit("scheduler.long_prefill_token_threshold", MAX_TOKENS, "as engine.max_model_len"),
@@ -112,6 +114,8 @@ def limits_for(key_path: str) -> list[Limit]:
         if key_path.startswith(prefix):
             name = key_path[len(prefix):]
             return [LIMITS[k] for k in (f"<length>.{name}", f"<zipf>.{name}") if k in LIMITS]
+    if key_path.startswith("kv.offload.") and key_path[11:12].isdigit():  # a tier of the list form
+        key_path = "kv.offload." + key_path[11:].partition(".")[2]
     return [LIMITS[key_path]] if key_path in LIMITS else []
 
 

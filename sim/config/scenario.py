@@ -115,6 +115,8 @@ def _key_path(loc: tuple, data: Any) -> str:
     """Turn a pydantic error location into a user's key path, dropping union tags."""
     parts, node = [], data
     for item in loc:
+        if isinstance(item, str) and item.startswith("<"):
+            continue  # a tag of a union told apart by the value's shape (kv.offload)
         if isinstance(node, dict) and item in node:
             parts.append(str(item))
             node = node[item]
@@ -131,6 +133,8 @@ def _allowed_keys(loc: tuple) -> list[str]:
     """Known keys at the parent of ``loc`` (for 'unknown key' messages)."""
     candidates: list[Any] = [Scenario]
     for item in loc[:-1]:
+        if isinstance(item, str) and item.startswith("<") or isinstance(item, int):
+            continue  # a shape tag or a list index (kv.offload.<list>.1)
         tagged = [m for m in candidates if _tag(m) == item]
         if tagged:  # a discriminated-union tag in the location picks the variant
             candidates = tagged
@@ -142,7 +146,7 @@ def _allowed_keys(loc: tuple) -> list[str]:
                 nxt.extend(_models_in(field.annotation))
         if not nxt:
             return []
-        candidates = nxt
+        candidates = list(dict.fromkeys(nxt))
     if len(candidates) != 1:
         return []
     return sorted(k for k in candidates[0].model_fields if k not in ("source_path", "profile_defaults"))
@@ -218,13 +222,28 @@ def set_override(data: dict, assignment: str, source: str = "--set") -> None:
     value = parse_yaml(raw, source, key=path)  # bounded: no alias bombs from the command line
     node = data
     for k in keys[:-1]:
+        if isinstance(node, list):  # a list item by its index (kv.offload.1.capacity_gb)
+            node = node[_index(node, k, source, path)]
+            if not isinstance(node, dict):
+                raise ConfigError(source, path, f"item {k} is not a mapping")
+            continue
         nxt = node.get(k)
         if nxt is None:
             nxt = node[k] = {}
-        if not isinstance(nxt, dict):
+        if not isinstance(nxt, (dict, list)):
             raise ConfigError(source, path, f"'{k}' is not a mapping")
         node = nxt
-    node[keys[-1]] = value
+    if isinstance(node, list):
+        node[_index(node, keys[-1], source, path)] = value
+    else:
+        node[keys[-1]] = value
+
+
+def _index(items: list, key: str, source: str, path: str) -> int:
+    """``key`` as an index into ``items`` (one line naming the allowed ones otherwise)."""
+    if not key.isdigit() or int(key) >= len(items):
+        raise ConfigError(source, path, f"'{key}' is not an item of the list: allowed 0 to {len(items) - 1}")
+    return int(key)
 
 
 def read_yaml(path: str | Path) -> Any:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from sim.config.arrival_schema import (  # noqa: F401 (re-exported)
     ArrivalProcess, ClosedArrival, ConstantArrival, GammaArrival, OfflineArrival, PoissonArrival)
@@ -21,7 +21,7 @@ from sim.config.cluster_schema import ClusterConfig
 from sim.config.engine_schema import (  # noqa: F401 (re-exported)
     ComputeDtypeName, DtypeName, EngineConfig, WeightDtypeName, _choice)
 from sim.config.limits import FrozenModel as _Frozen, nonneg_float, nonneg_int, pos_float, pos_int
-from sim.config.offload_schema import OffloadConfig
+from sim.config.offload_schema import OffloadConfig, OffloadTiers
 from sim.config.paths import resolve_in
 from sim.config.profile_schema import ProfileOverrides, apply_profile_defaults  # noqa: F401 (re-exported)
 from sim.config.workload_schema import (  # noqa: F401 (re-exported)
@@ -112,10 +112,21 @@ class KVConfig(_Frozen):
         description="How swapped KV crosses PCIe: `per-block` (one copy per block, per layer, for K and V, as "
                     "vLLM v0: small blocks mean many copies) or `gathered` (a device kernel packs a request's "
                     "blocks, then one copy per layer for K and V; costs one device-memory pass).")
-    offload: OffloadConfig | None = Field(  # a CPU tier (sim/config/offload_schema.py)
-        None, description="A CPU tier behind the GPU prefix cache (below; unset: none): evicted cached blocks "
-                          "are stored in host memory and loaded back over PCIe instead of prefilled again "
+    offload: OffloadTiers | None = Field(  # sim/config/offload_schema.py
+        None, description="Lower tiers behind the GPU prefix cache (below; unset: none): one tier, or a list "
+                          "fastest first (`cpu`, then `disk`); evicted cached blocks are stored in host memory "
+                          "(and what it evicts on disk) and loaded back instead of prefilled again "
                           "([KV offload](../KV_OFFLOAD.md)).")
+
+    @field_validator("offload")
+    @classmethod
+    def _tiers_in_order(cls, offload):
+        if isinstance(offload, list) and [t.tier for t in offload] not in (["cpu"], ["cpu", "disk"]):
+            raise ValueError("the tiers are listed fastest first: [cpu] or [cpu, disk], got "
+                             f"[{', '.join(t.tier for t in offload)}]")
+        if isinstance(offload, OffloadConfig) and offload.tier == "disk":
+            raise ValueError("a disk tier stores what a CPU tier evicts: give the list [cpu, disk]")
+        return offload
 
     @model_validator(mode="after")
     def _caching_needs_paged(self):

@@ -33,7 +33,9 @@ from sim.model.hf_config import load_model
 from sim.engine.logs.request_log import RequestLog
 from sim.request import Request
 from sim.config.paths import file_or_name
+from sim.config.offload_schema import DISK_LATENCY_S, DISK_READ_GB_PER_S, DISK_WRITE_GB_PER_S, offload_tiers
 from sim.config.scenario import Scenario, WhenKVFull
+from sim.engine.host_memory import check_host_memory
 from sim.sched import make_scheduler
 from sim.sched.preemption import Preemptor
 from sim.sched.victim import RemainingOutputModel, VictimPolicy
@@ -179,15 +181,24 @@ def build_parts(sc: Scenario, planned: tuple | None = None) -> EngineParts:
 
 
 def host_tier(sc: Scenario, model: ModelSpec, plan: MemoryPlan, cal) -> HostTier:
-    """The CPU tier of ``kv.offload``: its size in blocks, the host link of the calibration
-    (``pcie_bandwidth_bytes_per_s``) unless the scenario names one, and a transfer's fixed
-    cost: one copy per layer, K and V, as a gathered swap pays (sim/kv/swap.py)."""
-    off = sc.kv.offload
+    """The CPU tier of ``kv.offload`` (and the disk tier below it, if listed): its size in
+    blocks, refused past the host memory (sim/engine/host_memory.py), the host link of the
+    calibration (``pcie_bandwidth_bytes_per_s``) unless the scenario names one, and a
+    transfer's fixed cost: one copy per layer, K and V, as a gathered swap pays (sim/kv/swap.py)."""
+    check_host_memory(sc, plan.bytes_per_block, plan.block_size)
+    off, *lower = offload_tiers(sc.kv.offload)
     bandwidth = off.bandwidth_gb_per_s * 1e9 if off.bandwidth_gb_per_s is not None else cal.pcie_bandwidth_bytes_per_s
     copies = model.num_layers * (1 if model.is_mla else 2)
     latency = off.latency_s if off.latency_s is not None else copies * PCIE_COPY_LATENCY_S
-    return HostTier(TierSpec(off.capacity_blocks(plan.block_size, plan.bytes_per_block), plan.bytes_per_block,
+    tier = HostTier(TierSpec(off.capacity_blocks(plan.block_size, plan.bytes_per_block), plan.bytes_per_block,
                              bandwidth, latency, store_reused_only=off.store == "reused"))
+    for disk in lower:
+        tier.lower = HostTier(TierSpec(
+            disk.capacity_blocks(plan.block_size, plan.bytes_per_block), plan.bytes_per_block,
+            (disk.bandwidth_gb_per_s or DISK_READ_GB_PER_S) * 1e9,
+            disk.latency_s if disk.latency_s is not None else DISK_LATENCY_S,
+            write_bandwidth_bytes_per_s=(disk.write_bandwidth_gb_per_s or DISK_WRITE_GB_PER_S) * 1e9, name="disk"))
+    return tier
 
 
 def engine_state(sc: Scenario, model: ModelSpec, plan: MemoryPlan, budget: TokenBudget,

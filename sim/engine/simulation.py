@@ -109,6 +109,7 @@ class Simulation:
             self.scheduler.rejected = Tally(self.driver.requests.retire)
         self.env = env
         self.link = simpy.Resource(self.env, capacity=1)
+        self.disk = simpy.Resource(self.env, capacity=1)  # a disk tier's reads (sim/kv/offload.py)
         self._wakeup = self.env.event()
         profile = parts.profile
         self.frontend = FrontEnd(profile, parts.sc.engine.api_servers) if profile.has_frontend else None
@@ -240,11 +241,15 @@ class Simulation:
         """A CPU tier's loads (sim/sched/tier.py): each runs on the host link (after the swaps
         and loads queued there, asynchronously to the engine's steps); its request is
         schedulable once it is done."""
-        tier = self.allocator.tier
+        count = self.allocator.count_load
         for req, num_blocks in loads:
-            self.env.process(self._load(req, tier.count_load(num_blocks)))
+            self.env.process(self._load(req, *count(req, num_blocks)))
 
-    def _load(self, req: Request, seconds: float):
+    def _load(self, req: Request, disk_s: float, seconds: float):
+        if disk_s:  # blocks on the disk tier: read into host memory first (one read at a time)
+            with self.disk.request() as slot:
+                yield slot
+                yield self.env.timeout(disk_s)
         yield from self._transfer(seconds)
         self.scheduler.finish_load(req)
         if not self._wakeup.triggered:

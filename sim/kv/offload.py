@@ -6,7 +6,10 @@ of in pinned host memory and loads them back instead of prefilling them again. H
 * :class:`HostTier` is the tier: a capacity in blocks, the chained block hashes it holds
   (content is never modelled, only which prefixes are resident), its own LRU order, and
   the counters of what crossed the link. A hash being loaded is pinned: the tier's LRU
-  never evicts it mid-load.
+  never evicts it mid-load. A CPU tier may have a ``lower`` one (a disk): what its LRU
+  evicts is demoted there (SGLang HiCache's host-to-storage backup on eviction), a lookup
+  continues there by the same hashes, and a hash is in at most one of them (a GPU block
+  the CPU tier stores again takes its hash up from the disk).
 * :class:`OffloadBlockPool` is the GPU pool that hands each cached block it evicts to the
   tier (``store: evicted``: every one; ``reused``: only blocks whose hash was hit at least
   once), unless another GPU block still holds the same hash.
@@ -20,139 +23,12 @@ loading request back, and the engine (sim/engine/simulation.py) runs the load on
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from dataclasses import dataclass
-
 from sim.kv.block_pool import ANON, BlockPool
 from sim.kv.eviction import PrefixEviction
+from sim.kv.host_tier import HostTier, TierSpec  # noqa: F401 (re-exported: the tier itself lives there)
 from sim.kv.paged import PagedAllocator
 from sim.kv.token_budget import TokenBudget
 from sim.request import Request
-
-
-@dataclass(frozen=True)
-class TierSpec:
-    """What a tier is: sizes and the link it sits behind (from ``kv.offload`` and the plan)."""
-
-    capacity_blocks: int
-    block_bytes: int  # KV bytes of one block (every layer, K and V)
-    bandwidth_bytes_per_s: float  # host link, each direction
-    latency_s: float  # fixed cost of one transfer (a batch of blocks)
-    store_reused_only: bool = False  # ``store: reused``
-
-
-class HostTier:
-    """The CPU tier's contents and counters. ``stored - evicted == resident`` always."""
-
-    def __init__(self, spec: TierSpec) -> None:
-        if spec.capacity_blocks < 0:
-            raise ValueError(f"capacity_blocks must be >= 0, got {spec.capacity_blocks}")
-        self.spec = spec
-        self.capacity_blocks = spec.capacity_blocks
-        self._lru: OrderedDict[int, None] = OrderedDict()  # hash -> None, least recent first
-        self._pins: dict[int, int] = {}  # hash -> loads in flight reading it
-        self.num_stored = 0  # blocks written into the tier
-        self.num_evicted = 0  # blocks its LRU dropped
-        self.num_store_skipped = 0  # stores dropped: the tier was full of pinned blocks
-        self.num_lookups = 0  # admissions that looked it up
-        self.num_lookup_blocks = 0  # blocks looked up there (past the GPU hits)
-        self.num_hit_blocks = 0
-        self.num_loads = 0  # transfers back to the GPU
-        self.bytes_stored = 0
-        self.bytes_loaded = 0
-        self.store_busy_s = 0.0  # device -> host link time of the stores
-        self.load_busy_s = 0.0  # host -> device link time of the loads
-        self.peak_resident = 0
-
-    @property
-    def num_resident(self) -> int:
-        return len(self._lru)
-
-    def __contains__(self, h: int) -> bool:
-        return h in self._lru
-
-    def transfer_s(self, num_blocks: int) -> float:
-        spec = self.spec
-        return spec.latency_s + num_blocks * spec.block_bytes / spec.bandwidth_bytes_per_s
-
-    def store(self, hashes: list[int]) -> None:
-        """Write the evicted GPU blocks of ``hashes`` (one transfer; asynchronous in the engine
-        modelled: it holds the device-to-host direction, never compute). A hash already
-        resident only becomes the most recent."""
-        lru, new = self._lru, 0
-        for h in hashes:
-            if h in lru:
-                lru.move_to_end(h)
-                continue
-            if len(lru) >= self.capacity_blocks and not self._evict_one():
-                self.num_store_skipped += 1
-                continue
-            lru[h] = None
-            new += 1
-        if new:
-            self.num_stored += new
-            self.bytes_stored += new * self.spec.block_bytes
-            self.store_busy_s += self.transfer_s(new)
-            if len(lru) > self.peak_resident:
-                self.peak_resident = len(lru)
-
-    def _evict_one(self) -> bool:
-        """Drop the least recently used unpinned block; False if every block is pinned."""
-        for h in self._lru:
-            if h not in self._pins:
-                del self._lru[h]
-                self.num_evicted += 1
-                return True
-        return False
-
-    def lookup(self, hashes: list[int]) -> int:
-        """How many of ``hashes`` (the blocks after the GPU hits, in order) are resident from
-        the first on; those become the most recent. Counted by ``count_lookup``, once the
-        request is admitted (a request that waits for room looks up again)."""
-        lru, n = self._lru, 0
-        for h in hashes:
-            if h not in lru:
-                break
-            lru.move_to_end(h)
-            n += 1
-        return n
-
-    def count_lookup(self, num_blocks: int, num_hits: int) -> None:
-        self.num_lookups += 1
-        self.num_lookup_blocks += num_blocks
-        self.num_hit_blocks += num_hits
-
-    def pin(self, hashes: list[int]) -> None:
-        for h in hashes:
-            self._pins[h] = self._pins.get(h, 0) + 1
-
-    def loading_any(self, hashes: list[int]) -> bool:
-        """Whether a load in flight reads any of ``hashes``."""
-        pins = self._pins
-        return bool(pins) and any(h in pins for h in hashes)
-
-    def unpin(self, hashes: list[int]) -> None:
-        pins = self._pins
-        for h in hashes:
-            left = pins[h] - 1
-            if left:
-                pins[h] = left
-            else:
-                del pins[h]
-
-    def count_load(self, num_blocks: int) -> float:
-        """Count one load of ``num_blocks``; the seconds it holds the host-to-device link."""
-        seconds = self.transfer_s(num_blocks)
-        self.num_loads += 1
-        self.bytes_loaded += num_blocks * self.spec.block_bytes
-        self.load_busy_s += seconds
-        return seconds
-
-    def check_invariants(self) -> None:
-        assert len(self._lru) <= self.capacity_blocks, "tier over capacity"
-        assert self.num_stored - self.num_evicted == len(self._lru), "a tier block is lost or double-counted"
-        assert all(h in self._lru for h in self._pins), "a pinned block left the tier"
-        assert self.peak_resident >= len(self._lru), "peak below resident"
 
 
 class OffloadBlockPool(BlockPool):
@@ -195,6 +71,14 @@ class OffloadPagedAllocator(PagedAllocator):
         self.tier = tier
         self.pool = OffloadBlockPool(num_blocks, eviction, unhashed_first, unhashed_first, tier)
         self._loading: dict[int, int] = {}  # request_id -> blocks being loaded (after its GPU hits)
+        self._below: dict[int, int] = {}  # request_id -> of those, blocks read from the lower tier (a disk)
+
+    def count_load(self, req: Request, num_blocks: int) -> tuple[float, float]:
+        """Count the load ``begin_load`` started: (seconds reading the lower tier's blocks into
+        host memory, 0 without any; seconds of the host-to-device copy of all ``num_blocks``)."""
+        below = self._below.get(req.request_id, 0)
+        disk_s = self.tier.lower.count_load(below) if below else 0.0
+        return disk_s, self.tier.count_load(num_blocks)
 
     def lookup_tier(self, req: Request, cached_tokens: int) -> tuple[int, int]:
         """(blocks looked up, of which the tier holds from the first on) after the
@@ -226,7 +110,10 @@ class OffloadPagedAllocator(PagedAllocator):
         revived = sum(1 for b in cached_blocks if pool.ref_cnt[b] == 0)
         if num_blocks > pool.num_free - revived - -(-keep_free_slots // B):
             return False
-        self.tier.pin(req.block_hashes[start:start + num_blocks])
+        below = self.tier.pin(req.block_hashes[start:start + num_blocks])
+        if below:
+            self._below[req.request_id] = below
+            self.tier.lower.num_hit_blocks += below
         self.num_queried_tokens += req.num_tokens
         self.num_hit_tokens += cached_tokens
         for b in cached_blocks:
@@ -239,6 +126,8 @@ class OffloadPagedAllocator(PagedAllocator):
     def end_load(self, req: Request) -> int:
         """The load of ``req``'s tier blocks is done: cache them; returns the tokens now on the GPU."""
         num_blocks = self._loading.pop(req.request_id)
+        if self._below:
+            self._below.pop(req.request_id, None)
         table = self.block_tables[req.request_id]
         start = self._num_registered[req.request_id]
         stop = start + num_blocks

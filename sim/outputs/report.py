@@ -75,10 +75,19 @@ def _shown(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else v if isinstance(v, str) else str(v)
 
 
+def _section_items(doc: dict, nested: bool, prefix: str = ""):
+    """(key, value) of a summary section; ``nested``: mappings by dotted keys (kv_offload.tiers.disk.hit_tokens)."""
+    for k, v in doc.items():
+        if nested and isinstance(v, dict):
+            yield from _section_items(v, nested, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
 def _summary_html(summary: dict, scenario_yaml: str) -> str:
     rows = []
     for section in ("requests", "throughput", "kv", "kv_offload", "preemptions", "engine", "cluster"):
-        for k, v in summary.get(section, {}).items():
+        for k, v in _section_items(summary.get(section, {}), section == "kv_offload"):
             shown = f"{v:.4g}" if isinstance(v, float) else html.escape(json.dumps(v))
             rows.append(f"<tr><td>{section}.{k}</td><td>{shown}</td></tr>")
     for k in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):

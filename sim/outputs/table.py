@@ -77,6 +77,7 @@ def print_summary(s: dict, out_dir: Path, report: bool = True) -> None:
     ]
     if kv.get("prefix_cache_hit_rate") is not None:
         lines.append(f"prefix cache hit rate {kv['prefix_cache_hit_rate']:.1%}")
+    lines += _offload_lines(s)
     real = Path(out_dir).resolve()
     via = f" (through the link {out_dir})" if Path(out_dir).is_symlink() else ""
     lines.append(f"wrote        {real if via else out_dir}/ (summary.json, requests.csv, steps.csv"
@@ -130,3 +131,24 @@ def _memory_line(s: dict) -> list[str]:
     return [f"memory       per GPU of {of}: "
             f"weights {m['weight_bytes'] / gib:.2f} GiB ({m['weight_dtype']}{vocab}), activations "
             f"{m['activation_peak_bytes'] / gib:.2f}, runtime {m['runtime_overhead_bytes'] / gib:.2f}, {pool}"]
+
+
+def _offload_lines(s: dict) -> list[str]:
+    """summary.json's ``kv_offload``: one line for the host link, one per tier below the GPU."""
+    t = s.get("kv_offload")
+    if not t:
+        return []
+    gib = 2**30
+    lines = [f"kv offload   {t['tier']}: {t['hit_tokens']:,} prompt tokens loaded instead of prefilled "
+             f"(hit rate {t['hit_rate']:.1%} of {t['lookup_tokens']:,} looked up); host link: "
+             f"{t['bytes_loaded'] / gib:,.1f} GiB to the GPU in {t['load_link_busy_s']:,.2f} s, "
+             f"{t['bytes_stored'] / gib:,.1f} GiB from it in {t['store_link_busy_s']:,.2f} s"]
+    tiers = t.get("tiers")
+    if tiers:
+        cpu, disk = tiers["cpu"], tiers["disk"]
+        lines.append(f"  cpu tier   {cpu['capacity_bytes'] / gib:,.1f} GiB: {cpu['hit_tokens']:,} hit tokens; "
+                     f"{cpu['blocks_demoted']:,} blocks demoted to disk")
+        lines.append(f"  disk tier  {disk['capacity_bytes'] / gib:,.1f} GiB: {disk['hit_tokens']:,} hit tokens; "
+                     f"read {disk['bytes_read'] / gib:,.1f} GiB in {disk['read_busy_s']:,.2f} s, "
+                     f"wrote {disk['bytes_written'] / gib:,.1f} GiB in {disk['write_busy_s']:,.2f} s")
+    return lines

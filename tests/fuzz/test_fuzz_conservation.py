@@ -1,6 +1,6 @@
 """Every valid run drains with every request accounted for, on the surfaces added since the
 first hardening: replicas behind each router, disaggregated prefill/decode pools, pipeline
-stages, engine profiles, the CPU offload tier, small KV pools that preempt and stall.
+stages, engine profiles, the CPU offload tier (and a disk tier below it), small KV pools that preempt and stall.
 
 Random small scenarios go through ``sim run`` (in process, --no-report); each either is refused
 with one error line (exit 2: an invalid combination) or exits 0 with arrived = completed +
@@ -65,7 +65,9 @@ def scenarios(draw) -> dict:
     elif topology == "pipeline":
         engine["pipeline_parallel_size"] = 2
     if topology == "single" and caching and draw(st.booleans()):
-        data["kv"]["offload"] = {"tier": "cpu", "capacity_gb": draw(st.sampled_from([0.5, 4.0]))}
+        cpu = {"tier": "cpu", "capacity_gb": draw(st.sampled_from([0.5, 4.0]))}
+        disk = draw(st.sampled_from([None, 0.5, 8.0]))  # a disk tier below it, or none
+        data["kv"]["offload"] = cpu if disk is None else [cpu, {"tier": "disk", "capacity_gb": disk}]
     return data
 
 

@@ -25,6 +25,7 @@ import numpy as np
 from sim.config.engine_support import engine_notes
 from sim.engine.logs.profile_info import engine_summary, profile_notes
 from sim.engine.logs.request_stats import RunRequests
+from sim.engine.host_memory import host_plan
 from sim.engine.logs.tier_summary import tier_summary
 from sim.engine.logs.step_log import COLUMNS, StepLog, step_aggregates  # noqa: F401 (re-exported)
 from sim.kv.base import KVAllocator
@@ -117,6 +118,7 @@ def memory_summary(sc, plan) -> dict:
         "activation_peak_bytes": plan.activation_peak_bytes, "runtime_overhead_bytes": plan.runtime_overhead_bytes,
         "kv_pool_bytes": plan.kv_pool_bytes, "attention_ranks": plan.attention_ranks,
         "kv_cache_free_gpu_mem_fraction": plan.kv_free_memory_fraction,
+        **(host_plan(sc, plan.bytes_per_block, plan.block_size) or {}),  # with kv.offload: the host's bytes
     }
 
 

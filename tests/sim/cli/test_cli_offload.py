@@ -38,7 +38,12 @@ def run_with(tmp_path, capsys, kv: dict | None = None, offload: dict | None = No
 
 
 @pytest.mark.parametrize(("offload", "key", "says"), [
-    ({"tier": "disk", "capacity_gb": 1}, "kv.offload.tier", "'cpu'"),
+    ({"tier": "disk", "capacity_gb": 1}, "kv.offload", "give the list [cpu, disk]"),
+    ([{"tier": "disk", "capacity_gb": 1}], "kv.offload", "[cpu] or [cpu, disk]"),
+    ([{"tier": "cpu", "capacity_gb": 1}, {"tier": "disk", "capacity_gb": 1e9}], "kv.offload.1.capacity_gb", "ceiling"),
+    ([{"tier": "cpu", "capacity_gb": 1}, {"tier": "tape", "capacity_gb": 1}], "kv.offload.1.tier", "'disk'"),
+    ([{"tier": "cpu", "capacity_gb": 1}, {"tier": "disk", "capacity_gb": 1, "store": "reused"}], "kv.offload.1", "for tier cpu"),
+    ({"tier": "cpu", "capacity_gb": 1, "write_bandwidth_gb_per_s": 3}, "kv.offload", "disk tier's"),
     ({"tier": "cpu"}, "kv.offload", "exactly one of capacity_gb"),
     ({"tier": "cpu", "capacity_gb": 1, "capacity_tokens": 100}, "kv.offload", "exactly one of capacity_gb"),
     ({"tier": "cpu", "capacity_gb": 0}, "kv.offload.capacity_gb", "greater than 0"),
@@ -91,3 +96,92 @@ def test_sweep_varies_the_tier_size(scenarios_dir, tmp_path) -> None:
     by_size = {r["kv.offload.capacity_gb"]: r for r in rows}
     assert int(by_size["1"]["kv_offload.capacity_blocks"]) < int(by_size["32"]["kv_offload.capacity_blocks"])
     assert float(by_size["1"]["kv_offload.hit_tokens"]) < float(by_size["32"]["kv_offload.hit_tokens"])
+
+
+def test_a_tier_past_the_host_memory_exits_2_with_one_line(tmp_path, capsys) -> None:
+    rc, err = run_with(tmp_path, capsys, offload={"tier": "cpu", "capacity_gb": 20}, engine={
+        **GOOD["engine"], "host_memory_gb": 16})
+    assert rc == 2 and "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {tmp_path / 's.yaml'}: kv.offload.capacity_gb: ")
+    assert "24.0 GiB of pinned host memory, more than the 16.0 GiB" in lines[0]
+    assert not (tmp_path / "out" / "summary.json").exists()
+
+
+def test_the_memory_section_reports_the_host_bytes(tmp_path, capsys) -> None:
+    rc, err = run_with(tmp_path, capsys, offload={"tier": "cpu", "capacity_gb": 10}, engine={
+        **GOOD["engine"], "host_memory_gb": 16})
+    assert rc == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["memory"]["host_pinned_bytes"] == 14 * 2**30 and summary["memory"]["host_memory_bytes"] == 16 * 2**30
+
+
+def test_a_disk_tier_runs_end_to_end_with_its_report(scenarios_dir, tmp_path, capsys) -> None:
+    """The shipped chat with a 2 GiB CPU tier over a 64 GiB disk: the terminal, summary.json and
+    report.html carry each tier's figures."""
+    out = tmp_path / "run"
+    tiers = "[{tier: cpu, capacity_gb: 2}, {tier: disk, capacity_gb: 64}]"
+    assert main(["run", str(scenarios_dir / "multiturn-offload.yaml"), "--set", f"kv.offload={tiers}",
+                 "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    shown = captured.out
+    assert "warning" not in captured.err  # every report section was drawn
+    assert "kv offload   cpu+disk:" in shown and "  disk tier  64.0 GiB:" in shown
+    summary = json.loads((out / "summary.json").read_text())
+    tier = summary["kv_offload"]
+    disk = tier["tiers"]["disk"]
+    assert disk["hit_tokens"] > 0 and disk["bytes_written"] > 0 and disk["read_busy_s"] > 0
+    assert summary["memory"]["kv_offload_disk_bytes"] == 64 * 2**30
+    assert summary["requests"]["completed"] == summary["requests"]["arrived"]
+    html = (out / "report.html").read_text()
+    assert f"kv_offload.tiers.disk.hit_tokens</td><td>{disk['hit_tokens']}<" in html
+
+
+def test_sweep_varies_a_listed_tier(scenarios_dir, tmp_path) -> None:
+    out = tmp_path / "sweep"
+    tiers = "[{tier: cpu, capacity_gb: 2}, {tier: disk, capacity_gb: 64}]"
+    assert main(["sweep", str(scenarios_dir / "multiturn-offload.yaml"), "--set", f"kv.offload={tiers}",
+                 "--grid", "kv.offload.1.capacity_gb=1,16", "--workers", "1", "--quiet", "--out", str(out)]) == 0
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    by_size = {r["kv.offload.1.capacity_gb"]: r for r in rows}
+    assert (int(by_size["1"]["kv_offload.tiers.disk.capacity_blocks"])
+            < int(by_size["16"]["kv_offload.tiers.disk.capacity_blocks"]))
+    assert float(by_size["1"]["kv_offload.tiers.disk.hit_tokens"]) < float(by_size["16"]["kv_offload.tiers.disk.hit_tokens"])
+
+
+def test_set_names_a_missing_list_item(tmp_path, capsys) -> None:
+    data = json.loads(json.dumps(GOOD))
+    data["kv"]["offload"] = [{"tier": "cpu", "capacity_gb": 1}]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["run", str(path), "--no-report", "--quiet", "--set", "kv.offload.3.capacity_gb=2",
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [err] and "kv.offload.3.capacity_gb" in err and "allowed 0 to 0" in err
+
+
+def test_sim_kv_sizes_a_cpu_tier(capsys) -> None:
+    assert main(["kv", "--model", "llama-3.1-8b", "--offload-gb", "32", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["kv_offload_blocks"] == 32 * 2**30 // r["bytes_per_block"]
+    assert r["kv_offload_tokens"] == r["kv_offload_blocks"] * r["block_size"]
+    assert r["kv_offload_host_bytes"] == r["kv_offload_blocks"] * r["bytes_per_block"]
+    assert r["host_memory_bytes"] == 128 * 2**30 and r["kv_offload_host_share"] == pytest.approx(0.25)
+    assert main(["kv", "--model", "llama-3.1-8b", "--offload-gb", "200", "--tp", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["host_memory_bytes"] == 256 * 2**30
+    assert main(["kv", "--model", "llama-3.1-8b", "--offload-gb", "32"]) == 0
+    assert "CPU tier (kv.offload)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("argv", "flag", "says"), [
+    (["--offload-gb", "200"], "--offload-gb", "more than the 128.0 GiB of host memory"),
+    (["--offload-gb", "64", "--host-memory-gb", "32"], "--offload-gb", "more than the 32.0 GiB"),
+    (["--host-memory-gb", "32"], "--host-memory-gb", "with --offload-gb only"),
+    (["--offload-gb", "-1"], "--offload-gb", "must be in"),
+    (["--offload-gb", "lots"], "--offload-gb", "expected a number"),
+])
+def test_sim_kv_refuses_a_tier_past_the_host_memory(capsys, argv, flag, says) -> None:
+    assert main(["kv", "--model", "llama-3.1-8b", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [err] and err.startswith(f"error: <cli>: {flag}: ") and says in err
