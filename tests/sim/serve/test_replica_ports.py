@@ -106,3 +106,16 @@ def test_bad_replica_ports_are_one_line(tmp_path, capsys, flags):
     assert sim_main(["serve", scenario, *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --replica-ports: ") and "\n" not in err
+
+
+def test_a_port_in_use_is_one_line(tmp_path, capsys):
+    import socket
+
+    scenario = write_scenario(tmp_path, [(0.0, 10, 10)])
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        assert sim_main(["serve", scenario, "--replicas", "2", "--replica-ports", f"0,{taken}", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: --replica-ports: {taken}: cannot listen on 127.0.0.1:{taken}") and "\n" not in err
