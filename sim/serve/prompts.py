@@ -110,7 +110,12 @@ def _prompt_segments(body: dict, chat: bool, tokenizer=None) -> tuple[tuple[int,
     if chat:
         messages = _messages(body.get("messages"))
         if tokenizer is not None:
-            return id_segments(tokenizer.chat(messages, TOKENS_PER_MESSAGE) or [0])
+            try:
+                ids = tokenizer.chat(messages, TOKENS_PER_MESSAGE)
+            except Exception as e:  # a chat template's own refusal (a role it does not know...)  # noqa: BLE001
+                raise BadRequest(f"the tokenizer's chat template refused the messages: "
+                                 f"{(str(e).splitlines() or [type(e).__name__])[0][:200]}", "messages") from None
+            return id_segments(ids or [0])
         return text_segments(_message_text(messages))
     ids = body.get("prompt_token_ids")
     prompt = body.get("prompt")

@@ -93,3 +93,17 @@ def test_without_the_package_it_says_what_to_install(tmp_path, tokenizer_json):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "needs the tokenizers package: pip install 'kvsim[serve]'" in lines[0]
+
+
+def test_a_chat_template_that_refuses_is_a_400():
+    from sim.serve.prompts import BadRequest
+    from sim.serve.tokenizer import Tokenizer
+
+    def template(messages):
+        raise ValueError("Conversation roles must alternate user/assistant")
+
+    tok = Tokenizer("t", lambda text: [1] * len(text.split()), template)
+    with pytest.raises(BadRequest, match="chat template refused the messages: Conversation roles") as err:
+        parse_ask({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}, True, 4096, tok)
+    assert err.value.status == 400 and err.value.param == "messages"
+    assert parse_ask({"prompt": "one two three"}, False, 4096, tok).prompt_tokens == 3  # (text: no template)
