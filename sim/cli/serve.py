@@ -21,6 +21,14 @@ def add_serve_parser(sub) -> None:
                    help="simulated seconds per wall second (default 1: real time; 10: ten times faster)")
     p.add_argument("--replicas", type=int, default=None,
                    help="engines behind kvsim's router on this port (default: the scenario's cluster.num_replicas)")
+    p.add_argument("--replica-ports", nargs="?", const="", default=None, metavar="PORT,PORT,...",
+                   help="each replica on a port of its own, for an external router: the flag alone gives "
+                        "--port, --port + 1, ...; or list one port per replica (default: all behind kvsim's "
+                        "router on --port)")
+    p.add_argument("--tokenizer", default=None, metavar="PATH",
+                   help="count prompt tokens with this tokenizer: a tokenizer.json or a folder holding one "
+                        "(the tokenizers package), or a model id or folder for transformers (default: "
+                        "an estimate, 4 characters a token)")
     p.add_argument("--max-waiting", type=int, default=None,
                    help="queue limit: a request that finds this many waiting gets a 503 (default: none)")
     p.add_argument("--served-model-name", default=None, help="model name clients use (default: the scenario's model)")
@@ -55,13 +63,19 @@ def run_serve(args) -> int:
 
     from sim.config.scenario import load_scenario
     from sim.serve.results import accounting, write_served
-    from sim.serve.server import serve
+    from sim.serve.server import replica_port_list, serve
 
     _check(args)
     overrides = list(args.overrides)
     if args.replicas is not None:
         overrides.append(f"cluster.num_replicas={args.replicas}")
     sc = load_scenario(args.scenario, overrides)
+    replica_ports = replica_port_list(args.replica_ports, args.port, sc.cluster.num_replicas)
+    tokenizer = None
+    if args.tokenizer is not None:
+        from sim.serve.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(args.tokenizer)
     stale = ()
     if args.out:
         from sim.outputs.files import prepare_out_dir, run_files
@@ -69,17 +83,22 @@ def run_serve(args) -> int:
         stale = prepare_out_dir(Path(args.out), run_files(report=not args.no_report) + ["serve.json", "arrivals.csv"],
                                 force=args.force)
 
-    def ready(port: int) -> None:
-        if not args.quiet:
-            print(f"sim serve: {sc.name} ({sc.model}, {sc.cluster.num_replicas} engine(s)) on "
-                  f"http://{args.host}:{port}/v1 at time scale {args.time_scale:g}; Ctrl-C drains and stops",
-                  file=sys.stderr, flush=True)
+    def ready(ports: list[int]) -> None:
+        if args.quiet:
+            return
+        n = sc.cluster.num_replicas
+        where = ", ".join(f"http://{args.host}:{p}/v1" for p in ports)
+        what = f"{n} replica(s), a port each" if replica_ports is not None else f"{n} engine(s)"
+        print(f"sim serve: {sc.name} ({sc.model}, {what}) on {where} at time scale {args.time_scale:g}"
+              f"{f'; prompts counted by {tokenizer.name}' if tokenizer else ''}; Ctrl-C drains and stops",
+              file=sys.stderr, flush=True)
 
     served = asyncio.run(serve(sc, host=args.host, port=args.port, time_scale=args.time_scale,
-                               max_waiting=args.max_waiting, model_name=args.served_model_name, ready=ready))
-    total = accounting(served.engines)["total"]
+                               max_waiting=args.max_waiting, model_name=args.served_model_name, ready=ready,
+                               replica_ports=replica_ports, tokenizer=tokenizer))
+    total = accounting(served)["total"]
     if args.out:
-        write_served(Path(args.out), served.engines, stale, report=not args.no_report)
+        write_served(Path(args.out), served, stale, report=not args.no_report)
     if not args.quiet:
         print("sim serve: drained: {arrived} arrived = {completed} completed + {rejected} rejected + "
               "{aborted} aborted + {in_flight} in flight".format(**total), file=sys.stderr, flush=True)

@@ -81,7 +81,10 @@ class TraceReplay(_Frozen):
     share the first ``prefix_tokens`` tokens of their prompts (as far as both have them; fewer
     than ``num_prefill_tokens``), so prefix caching finds them: a shared system prompt is one
     group; a conversation is one group whose turns give ``prefix_tokens`` = their prompt less
-    the new message. Without the columns no two requests share a prefix."""
+    the new message. Or a tree of prompts, ``prefix_parent, prefix_tokens``: the row's prompt
+    begins with the first ``prefix_tokens`` tokens of data row ``prefix_parent``'s (1 is the
+    first data row; an earlier row; 0: none), as ``sim serve --out`` writes its arrivals.csv.
+    Without the columns no two requests share a prefix."""
 
     path: str = Field(description="The CSV file (relative to the scenario's folder).")
     speedup: pos_float("workload.trace.speedup") = Field(

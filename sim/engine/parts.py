@@ -275,7 +275,7 @@ class SessionDriver:
         spec = session.turns[turn]
         history = self._history.get(session.session_id) if session.history else None
         if history is None:
-            history = (session.prefix,) if session.prefix is not None else ()
+            history = (session.prefix,) if session.prefix is not None else session.prefix_chain or ()
         segments = history + ((session.first_segment + turn, spec.user_tokens),)
         num_prompt = sum(n for _, n in segments)
         room = self.sc.engine.max_model_len - num_prompt
@@ -285,8 +285,11 @@ class SessionDriver:
         req.prefix_len = session.prefix[1] if session.prefix is not None else 0
         # The turn's user tokens (a segment id no other turn has) and its answer are its own;
         # a later turn of the session repeats them.
-        req.own_from = num_prompt - spec.user_tokens
-        req.followed = session.history and turn + 1 < len(session.turns)
+        if session.prefix_chain is None:
+            req.own_from = num_prompt - spec.user_tokens
+            req.followed = session.history and turn + 1 < len(session.turns)
+        else:  # a trace's prefix_parent rows: a later row may repeat any token (it claims none)
+            req.prefix_len = sum(n for _, n in history)
         self.requests.append(req)
         return req
 

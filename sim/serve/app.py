@@ -40,9 +40,11 @@ def _filler(n: int) -> str:
 class Server:
     """The served engines, their shared clock and router, and the routes."""
 
-    def __init__(self, engines: list, clock, router, model_name: str, max_model_len: int) -> None:
+    def __init__(self, engines: list, clock, router, model_name: str, max_model_len: int,
+                 tokenizer=None) -> None:
         self.engines, self.clock, self.router = engines, clock, router
         self.model_name, self.max_model_len = model_name, max_model_len
+        self.tokenizer = tokenizer  # None: prompts' tokens estimated from their text
         self.draining = False
         self.active = 0  # handlers in progress
 
@@ -91,7 +93,7 @@ class Server:
         # reach the engine in the order of their arrival times.
         arrived = self.clock.now()
         try:
-            ask = parse_ask(body, chat, self.max_model_len)
+            ask = parse_ask(body, chat, self.max_model_len, self.tokenizer)
         except BadRequest as e:
             return _error(e.status, str(e), "BadRequestError", e.param)
         if ask.model and ask.model != self.model_name:

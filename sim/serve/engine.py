@@ -76,8 +76,9 @@ class _NoTurns:
 class ServedEngine:
     """The engine of ``parts`` serving requests on a clock shared through ``clock``."""
 
-    def __init__(self, parts, clock, max_waiting: int | None = None, name: str = "") -> None:
+    def __init__(self, parts, clock, max_waiting: int | None = None, name: str = "", identity=None) -> None:
         self.parts, self.clock, self.max_waiting, self.name = parts, clock, max_waiting, name
+        self.identity = identity  # the replicas' PrefixIdentity (sim/serve/identity.py): arrivals.csv's rows
         self.sc = parts.sc
         self.scheduler = sched = parts.scheduler
         self.allocator = parts.allocator
@@ -116,6 +117,8 @@ class ServedEngine:
         self.requests.append(req)
         ticket = self.tickets[req.request_id] = Ticket(req)
         self._arrived.append(req)
+        if self.identity is not None:
+            self.identity.add(req)
         self.stats.arrived += 1
         self._wake.set()
         return ticket

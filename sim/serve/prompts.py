@@ -1,8 +1,9 @@
 """What a request body asks the simulated engine for: its prompt as token segments, its
 output length, and whether it streams (``sim serve``, sim/serve/app.py).
 
-No tokenizer: a prompt's length is ``prompt_token_ids``' length when the body gives them
-(``/v1/completions``), else an estimate from the text, one token per
+A prompt's length is ``prompt_token_ids``' length when the body gives them
+(``/v1/completions``), else the text's tokens through ``--tokenizer`` (sim/serve/tokenizer.py)
+when the server has one, else an estimate from the text, one token per
 :data:`CHARS_PER_TOKEN` characters (English text through a Llama-3 or GPT-4 tokenizer runs
 about 4), plus :data:`TOKENS_PER_MESSAGE` per chat message for the chat template's markers.
 
@@ -10,7 +11,8 @@ The prefix cache needs token identity, not content: a prompt becomes a chain of 
 (sim/request.py), one per :data:`CHUNK_TOKENS` tokens (``CHUNK_TOKENS * CHARS_PER_TOKEN``
 characters of text), each named by a hash of everything up to its end. Two prompts that
 agree on their first k chunks share k segments, so a shared system prompt or a repeated
-conversation hits the simulated prefix cache (to the chunk), as it would in vLLM.
+conversation hits the simulated prefix cache (to the chunk), as it would in vLLM. Token ids
+(given, or a tokenizer's) are chunked the same way, so they share to the token chunk.
 
 Output: filler text, exactly ``max_tokens`` tokens. The filler never samples an end of
 sequence, so ``ignore_eos`` true or false gives the same length (``finish_reason`` is
@@ -81,7 +83,8 @@ def id_segments(ids: list[int]) -> tuple[tuple[int, int], ...]:
     return _chain(pieces)
 
 
-def _message_text(messages) -> str:
+def _messages(messages) -> list[tuple[str, str]]:
+    """The chat's (role, content text) pairs, checked."""
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty list of {role, content}", "messages")
     parts = []
@@ -93,14 +96,27 @@ def _message_text(messages) -> str:
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
         if not isinstance(content, str):
             raise BadRequest("a message's 'content' must be a string or a list of parts", "messages")
-        # the template's markers as text of TOKENS_PER_MESSAGE tokens, so the estimate counts them
-        parts.append(f"<|{m['role']}|>".ljust(TOKENS_PER_MESSAGE * CHARS_PER_TOKEN, " ") + content)
-    return "".join(parts)
+        parts.append((str(m["role"]), content))
+    return parts
 
 
-def _prompt_segments(body: dict, chat: bool) -> tuple[tuple[int, int], ...]:
+def _message_text(messages: list[tuple[str, str]]) -> str:
+    # the template's markers as text of TOKENS_PER_MESSAGE tokens, so the estimate counts them
+    return "".join(f"<|{role}|>".ljust(TOKENS_PER_MESSAGE * CHARS_PER_TOKEN, " ") + content
+                   for role, content in messages)
+
+
+def _prompt_segments(body: dict, chat: bool, tokenizer=None) -> tuple[tuple[int, int], ...]:
     if chat:
-        return text_segments(_message_text(body.get("messages")))
+        messages = _messages(body.get("messages"))
+        if tokenizer is not None:
+            try:
+                ids = tokenizer.chat(messages, TOKENS_PER_MESSAGE)
+            except Exception as e:  # a chat template's own refusal (a role it does not know...)  # noqa: BLE001
+                raise BadRequest(f"the tokenizer's chat template refused the messages: "
+                                 f"{(str(e).splitlines() or [type(e).__name__])[0][:200]}", "messages") from None
+            return id_segments(ids or [0])
+        return text_segments(_message_text(messages))
     ids = body.get("prompt_token_ids")
     prompt = body.get("prompt")
     if ids is None and isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
@@ -115,6 +131,8 @@ def _prompt_segments(body: dict, chat: bool) -> tuple[tuple[int, int], ...]:
     if not isinstance(prompt, str):
         raise BadRequest("'prompt' must be a string, a list of one string, or token ids "
                          "(several prompts in one request are not supported)", "prompt")
+    if tokenizer is not None:
+        return id_segments(tokenizer.encode(prompt) or [0])  # (an empty prompt: one token, as estimated)
     return text_segments(prompt)
 
 
@@ -127,21 +145,22 @@ def _int_field(body: dict, key: str, default: int | None) -> int | None:
     return value
 
 
-def parse_ask(body, chat: bool, max_model_len: int) -> Ask:
+def parse_ask(body, chat: bool, max_model_len: int, tokenizer=None) -> Ask:
     """The request ``body`` (parsed JSON) of a completions (``chat`` False) or chat
-    completions call, checked; :class:`BadRequest` names what is wrong."""
+    completions call, checked; :class:`BadRequest` names what is wrong. ``tokenizer``
+    (sim/serve/tokenizer.py) counts text prompts; ``prompt_token_ids`` keep priority."""
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     if _int_field(body, "n", 1) != 1:
         raise BadRequest("only n=1 is supported", "n")
     if body.get("best_of") not in (None, 1):
         raise BadRequest("best_of is not supported", "best_of")
-    segments = _prompt_segments(body, chat)
+    segments = _prompt_segments(body, chat, tokenizer)
     num_prompt = sum(n for _, n in segments)
     room = max_model_len - num_prompt
     if room < 1:
         raise BadRequest(f"This model's maximum context length is {max_model_len} tokens; the prompt has "
-                         f"{num_prompt} (estimated) tokens", "messages" if chat else "prompt")
+                         f"{num_prompt}{' (estimated)' if tokenizer is None else ''} tokens", "messages" if chat else "prompt")
     key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
     max_tokens = _int_field(body, key, None)
     if max_tokens is None:

@@ -12,18 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from sim.errors import ConfigError
-from sim.config.limits import MAX_DURATION_S, MAX_REQUESTS, MAX_SESSIONS, MAX_TOKENS
+from sim.config.limits import MAX_REQUESTS, MAX_SESSIONS, MAX_TOKENS
 from sim.config.scenario import (
     MAX_TURNS, ClosedArrival, ConstantArrival, EmpiricalLength, FixedLength, GammaArrival, LogNormalLength,
     OfflineArrival,
     PoissonArrival, Scenario, UniformLength, ZipfLength)
 from sim.views import IndexedSequence
-from sim.workload.csvfile import has_columns, read_columns
+from sim.workload.csvfile import read_columns
+from sim.workload.trace import PREFIX_COLUMNS, parent_chains, read_trace  # noqa: F401 (PREFIX_COLUMNS: re-exported)
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,9 @@ class SessionSpec:
     turns: tuple[TurnSpec, ...]
     first_segment: int  # segment id of turn 0's user tokens; turn k uses first_segment + k
     history: bool = True  # a turn's prompt carries the earlier turns (False: a closed-loop client's requests)
+    #: a trace with prefix_parent rows: the prompt's shared segments (maybe none); a later row may
+    #: repeat any of its tokens, so it claims none as its own (sim/request.py's own_from)
+    prefix_chain: tuple | None = None
 
 
 # ----------------------------------------------------------------------------- lengths
@@ -118,75 +121,31 @@ def arrival_times(sc: Scenario, rng: np.random.Generator) -> np.ndarray:
 # ---------------------------------------------------------------------------- sessions
 
 
-#: A trace's optional prefix identity: rows with the same ``prefix_group`` (> 0) share the first
-#: ``prefix_tokens`` tokens of their prompts (as far as both have them); 0 is no shared prefix.
-PREFIX_COLUMNS = ("prefix_group", "prefix_tokens")
-MAX_PREFIX_GROUP = MAX_SESSIONS
-
-
-def _read_trace(path: Path, speedup: float = 1.0):
-    """(arrival s from 0, prompt tokens, output tokens, prefix groups or None, prefix tokens or None)."""
-    cols = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
-    present = has_columns(str(path), PREFIX_COLUMNS)
-    if any(present) and not all(present):
-        missing = PREFIX_COLUMNS[present.index(False)]
-        raise ConfigError(str(path), missing, f"no such column, but {PREFIX_COLUMNS[present.index(True)]} is "
-                          "there: a prefix identity needs both prefix_group and prefix_tokens")
-    table = read_columns(str(path), cols + (PREFIX_COLUMNS if all(present) else ()))
-    arrived = table.values[0]
-    back = np.flatnonzero(np.diff(arrived) < 0)
-    if back.size:
-        raise ConfigError(str(path), table.where(int(back[0]) + 1, "arrived_at"),
-                          "earlier than the row before; arrival times must be non-decreasing")
-    if (arrived[-1] - arrived[0]) / speedup > MAX_DURATION_S:
-        raise ConfigError(str(path), table.where(arrived.size - 1, "arrived_at"), (
-            f"the trace spans more than {MAX_DURATION_S:g} s (replayed at speedup {speedup:g}); "
-            "the most a run may span"))
-    for name, col in zip(cols[1:], table.values[1:3]):
-        bad = np.flatnonzero((col < 1) | (col != np.rint(col)) | (col > MAX_TOKENS))
-        if bad.size:
-            raise ConfigError(str(path), table.where(int(bad[0]), name),
-                              f"not a token count; allowed: integers from 1 to {MAX_TOKENS}")
-    groups = ptoks = None
-    if all(present):
-        groups, ptoks = table.values[3], table.values[4]
-        for name, col, top in (("prefix_group", groups, MAX_PREFIX_GROUP), ("prefix_tokens", ptoks, MAX_TOKENS)):
-            bad = np.flatnonzero((col != np.rint(col)) | (col > top))
-            if bad.size:
-                raise ConfigError(str(path), table.where(int(bad[0]), name),
-                                  f"not an integer from 0 to {top}")
-        bad = np.flatnonzero((groups > 0) & (ptoks >= table.values[1]))
-        if bad.size:
-            raise ConfigError(str(path), table.where(int(bad[0]), "prefix_tokens"), (
-                "must be less than num_prefill_tokens (the prompt keeps at least one token of its own)"))
-        ptoks = np.where(groups > 0, ptoks, 0)
-        groups, ptoks = groups.astype(np.int64), ptoks.astype(np.int64)
-    return (arrived - arrived[0], table.values[1].astype(np.int64), table.values[2].astype(np.int64), groups,
-            ptoks)
-
-
 def build_workload(sc: Scenario, rng: np.random.Generator) -> Sessions:
     """All sessions of the run, in arrival order (ties keep generation order), built lazily."""
     wl = sc.workload
     closed = isinstance(wl.arrival, ClosedArrival)
     if wl.trace is not None:
-        arrived, prompts, outputs, groups, ptoks = _read_trace(sc.resolve(wl.trace.path), wl.trace.speedup)
+        arrived, prompts, outputs, groups, parents, ptoks = read_trace(sc.resolve(wl.trace.path), wl.trace.speedup)
         if groups is None:
             groups = ptoks = np.zeros(arrived.size, dtype=np.int64)
+            parents = groups - 1
         arrived = arrived / wl.trace.speedup
         keep = np.ones(arrived.size, dtype=bool)
         if wl.duration_s is not None:
             keep &= arrived < wl.duration_s
-        arrived, prompts, outputs, groups, ptoks = (a[keep] for a in (arrived, prompts, outputs, groups, ptoks))
+        cols = (arrived, prompts, outputs, groups, parents, ptoks)
+        arrived, prompts, outputs, groups, parents, ptoks = (a[keep] for a in cols)  # (parents come earlier)
         if wl.num_requests is not None:
-            arrived, prompts, outputs, groups, ptoks = (a[: wl.num_requests]
-                                                        for a in (arrived, prompts, outputs, groups, ptoks))
+            arrived, prompts, outputs, groups, parents, ptoks = (a[: wl.num_requests] for a in
+                                                                 (arrived, prompts, outputs, groups, parents, ptoks))
         turns_per = np.ones(arrived.size, dtype=np.int64)
-        if groups.any():  # the trace's prefix identity: group g's stream is segment g (1..), prompts on top
-            prompts = prompts - ptoks
+        if groups.any() or (parents >= 0).any():  # the trace's prefix identity: group g's stream is
+            first = int(groups.max(initial=0)) + 1  # segment g (1..), a row's own tokens first + row
+            chains = parent_chains(groups, parents, ptoks, prompts, first) if (parents >= 0).any() else None
             starts = np.arange(arrived.size, dtype=np.int64)
-            return Sessions(arrived.astype(float), turns_per, starts, prompts, outputs, None, groups, ptoks,
-                            int(groups.max()) + 1)
+            return Sessions(arrived.astype(float), turns_per, starts, prompts - ptoks, outputs, None, groups, ptoks,
+                            first, chains=chains)
     elif closed:  # concurrency clients at t = 0, num_requests spread over them
         n = min(wl.arrival.concurrency, wl.num_requests)
         arrived = np.zeros(n)
@@ -247,7 +206,9 @@ class Sessions(IndexedSequence):
 
     def __init__(self, arrived: np.ndarray, turns_per: np.ndarray, starts: np.ndarray, prompts: np.ndarray,
                  outputs: np.ndarray, thinks: np.ndarray | None, prefix_ids: np.ndarray,
-                 prefix_tokens: int | np.ndarray, first_segment: int, history: bool = True) -> None:
+                 prefix_tokens: int | np.ndarray, first_segment: int, history: bool = True,
+                 chains: list[tuple] | None = None) -> None:
+        self._chains = chains  # a trace's prefix_parent rows: each session's prefix segments
         self._history = history  # False: closed-loop clients, whose requests do not carry earlier ones
         self._arrived, self._turns, self._starts = arrived, turns_per, starts
         self._prompts, self._outputs, self._thinks = prompts, outputs, thinks
@@ -288,8 +249,8 @@ class Sessions(IndexedSequence):
                           for t in range(nts[j]))
             pid = pids[j]
             yield SessionSpec(i0 + j, arrived[j], (pid, prefix_tokens if per is None else per[j]) if pid else None,
-                              turns, first + starts[j],
-                              self._history)
+                              turns, first + starts[j], self._history,
+                              self._chains[i0 + j] if self._chains is not None else None)
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, Sequence) or len(self) != len(other):

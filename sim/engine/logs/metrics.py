@@ -173,10 +173,9 @@ def trace_prefix_note(sc) -> list[str]:
     trace = sc.workload.trace
     if trace is None or not sc.kv.prefix_caching:
         return []
-    from sim.workload.csvfile import has_columns  # noqa: PLC0415
-    from sim.workload.generate import PREFIX_COLUMNS  # noqa: PLC0415
+    from sim.workload.trace import has_prefix_identity  # noqa: PLC0415
 
-    if all(has_columns(str(sc.resolve(trace.path)), PREFIX_COLUMNS)):
+    if has_prefix_identity(str(sc.resolve(trace.path))):
         return []
     return [f"the trace {Path(trace.path).name} has no prefix identity (columns prefix_group, prefix_tokens): no two "
             "of its requests share a prefix, so prefix caching (and its eviction policy, and an offload tier) finds "

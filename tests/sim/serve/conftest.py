@@ -48,7 +48,7 @@ def run_served(scenario: str, client, *, time_scale: float = 1.0, overrides=(), 
         stop = asyncio.Event()
         port = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(serve(sc, host="127.0.0.1", port=0, time_scale=time_scale, stop=stop,
-                                         ready=port.set_result, **kw))
+                                         ready=lambda ports: port.set_result(ports[0]), **kw))
         await asyncio.wait((port, task), return_when=asyncio.FIRST_COMPLETED)
         if not port.done():
             await task  # it failed before listening: its error
@@ -86,8 +86,9 @@ class ServeProcess:
         if "http://" not in self.first_line:
             self.proc.kill()
             raise AssertionError(f"sim serve did not start: {self.first_line}{self.proc.stderr.read()}")
-        self.base = self.first_line.split("http://", 1)[1].split("/v1", 1)[0]
-        self.base = "http://" + self.base
+        #: every URL it listens on (one per replica under --replica-ports), without /v1
+        self.bases = ["http://" + part.split("/v1", 1)[0] for part in self.first_line.split("http://")[1:]]
+        self.base = self.bases[0]
 
     def stop(self, timeout: float = 30) -> tuple[int, str]:
         import signal

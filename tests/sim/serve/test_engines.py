@@ -52,7 +52,7 @@ def test_served_equals_sim_run(tmp_path, rng, sections):
     assert statuses == [200] * N and engine.stats.completed == N
     engine.allocator.check_invariants()
     out = tmp_path / "served"
-    write_served(out, served.engines, (), report=False)
+    write_served(out, served, (), report=False)
     doc = (tmp_path / "scenario.yaml").read_text().replace(str(tmp_path / "arrivals.csv"), str(out / "arrivals.csv"))
     (tmp_path / "replay.yaml").write_text(doc)
     assert sim_main(["run", str(tmp_path / "replay.yaml"), "--out", str(tmp_path / "run"), "--quiet"]) == 0

@@ -118,7 +118,7 @@ def test_clients_measure_what_sim_run_says(tmp_path, rng):
         assert chunks == o and usage.completion_tokens == o and usage.prompt_tokens == p
 
     # 1. the served engine's timeline is sim run's on the arrivals the server stamped
-    stamped = [(float(a), int(p), int(o)) for a, p, o in
+    stamped = [(float(a), int(p), int(o)) for a, p, o, *_ in
                (line.split(",") for line in (out / "arrivals.csv").read_text().splitlines()[1:])]
     assert [(p, o) for _, p, o in stamped] == [(int(r["num_prompt_tokens"]), int(r["num_output_tokens"]))
                                                for r in everything]
