@@ -176,7 +176,10 @@ class SchedulerBase(TierLoads):
         """
         alloc = self.allocator
         reserved = self.reserved_growth() if self.reserve_full_length and self.waiting else 0
-        full = self.admit_full_sequence
+        # reserve_full_length keeps this request's own growth to prompt + max_tokens free already
+        # (_admission_keep_free), which covers its whole prompt: the full-prompt check would count
+        # the prompt's remaining tokens twice and strand a request that fits the pool exactly
+        full = self.admit_full_sequence and not self.reserve_full_length
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             cached = alloc.lookup_prefix(req) if req.num_computed_tokens == 0 else 0
