@@ -7,7 +7,8 @@
 so it needs only the simulator) and stores, per scenario, the SHA-256 of ``summary.json``
 (with ``sim_wall_s``, the only machine-dependent number, removed), ``requests.csv`` and
 ``steps.csv``. ``check`` runs them again and lists every file whose bytes changed; it exits 1
-if any did. It drives the command line, not the modules, so it works across refactorings
+if any did. ``--drop NAME`` (repeatable) leaves a key a change adds out of summary.json on both
+sides: every mapping key NAME at any depth, and NAME as an item of any list. It drives the command line, not the modules, so it works across refactorings
 that move code: record on the old tree, check on the new one.
 """
 
@@ -26,11 +27,21 @@ ROOT = Path(__file__).resolve().parent.parent
 FILES = ("summary.json", "requests.csv", "steps.csv")
 
 
+DROP: set[str] = set()  # --drop: summary keys a change adds
+
+
+def _without(value, names: set[str]):
+    if isinstance(value, dict):
+        return {k: _without(v, names) for k, v in value.items() if k not in names}
+    if isinstance(value, list):
+        return [_without(v, names) for v in value if not (isinstance(v, str) and v in names)]
+    return value
+
+
 def _digest(path: Path) -> str:
     data = path.read_bytes()
     if path.name == "summary.json":
-        summary = json.loads(data)
-        summary.pop("sim_wall_s", None)
+        summary = _without(json.loads(data), {"sim_wall_s", *DROP})
         data = json.dumps(summary, sort_keys=True).encode()
     return hashlib.sha256(data).hexdigest()
 
@@ -61,7 +72,10 @@ def main() -> int:
     ap.add_argument("baseline", help="JSON file of digests (written by record, read by check)")
     ap.add_argument("--sim", default=shutil.which("sim") or "sim", help="the sim executable")
     ap.add_argument("--root", default=str(ROOT), help="repository whose scenarios/ to run")
+    ap.add_argument("--drop", action="append", default=[], metavar="NAME",
+                    help="leave summary key NAME out on both sides (a key the change adds); repeatable")
     args = ap.parse_args()
+    DROP.update(args.drop)
     digests = run_all(args.sim, Path(args.root))
     if args.action == "record":
         Path(args.baseline).write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")

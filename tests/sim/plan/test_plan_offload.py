@@ -36,6 +36,6 @@ def test_a_cpu_tier_past_the_host_memory_is_infeasible_unsimulated(tiny_plan, wr
     assert rec["status"] == "infeasible" and rec["probes"] == []
     assert "\n" not in rec["reason"]
     assert "more than the 16.0 GiB of host memory" in rec["reason"]
-    memory = search_mod.memory_summary(spec.configs[0].data, spec.configs[0].source)
+    memory, _ = search_mod.memory_plan(spec.configs[0].data, spec.configs[0].source)
     assert memory["kv_offload_host_bytes"] == 8 * 2**30 and memory["host_memory_bytes"] == 16 * 2**30
     assert memory["kv_offload_disk_bytes"] == 4 * 2**30
