@@ -86,7 +86,7 @@ def test_evaluate_config_reports_the_confirmed_rate_or_unreachable_at_steady_sta
     config = spec.configs[0]
     for long_limit in (25.0, 5.0):
         evaluate, calls = synthetic(40.0, long_limit, lambda r, n: n > spec.search.probe_requests(r))
-        monkeypatch.setattr(search_mod, "probe", lambda data, source, rate, slo, unit, n, warmup: {
+        monkeypatch.setattr(search_mod, "probe", lambda data, source, rate, slo, unit, n, warmup, planned=None: {
             **evaluate(rate, n), "warmup": warmup})
         rec = evaluate_config(config, spec.slo, spec.search)
         c = rec["confirmation"]
