@@ -98,6 +98,7 @@ def build_plan(sc: Scenario):
     plan = dataclasses.replace(plan, max_kv_tokens_per_seq=budget.kept_tokens(eng.max_model_len))
     null = PROFILES[eng.profile].rules.null_block and sc.kv.allocator == AllocatorKind.PAGED
     check_fits_one_sequence(plan, eng.max_model_len, source=src, reserved_blocks=int(null))
+    check_host_memory(sc, plan.bytes_per_block, plan.block_size)  # kv.offload's CPU tier in the host's RAM
     return model, cal, plan
 
 
@@ -182,10 +183,9 @@ def build_parts(sc: Scenario, planned: tuple | None = None) -> EngineParts:
 
 def host_tier(sc: Scenario, model: ModelSpec, plan: MemoryPlan, cal) -> HostTier:
     """The CPU tier of ``kv.offload`` (and the disk tier below it, if listed): its size in
-    blocks, refused past the host memory (sim/engine/host_memory.py), the host link of the
+    blocks (checked against the host memory by build_plan), the host link of the
     calibration (``pcie_bandwidth_bytes_per_s``) unless the scenario names one, and a
     transfer's fixed cost: one copy per layer, K and V, as a gathered swap pays (sim/kv/swap.py)."""
-    check_host_memory(sc, plan.bytes_per_block, plan.block_size)
     off, *lower = offload_tiers(sc.kv.offload)
     bandwidth = off.bandwidth_gb_per_s * 1e9 if off.bandwidth_gb_per_s is not None else cal.pcie_bandwidth_bytes_per_s
     copies = model.num_layers * (1 if model.is_mla else 2)

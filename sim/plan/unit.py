@@ -124,13 +124,13 @@ def describe(unit: dict) -> str:
 
 
 def memory_of(sc, planned: tuple | None = None) -> dict:
-    """A scenario's memory plan, as plan.json's ``memory`` (ConfigError when it does not fit);
+    """A scenario's memory plan, as plan.json's ``memory`` (ConfigError when it does not fit,
+    in GPU memory or, for ``kv.offload``'s CPU tier, in host memory: build_plan);
     ``planned``: ``build_plan(sc)``, when the caller has made it."""
-    from sim.engine.host_memory import check_host_memory, host_plan
+    from sim.engine.host_memory import host_plan
     from sim.engine.parts import build_plan
 
     _, _, plan = build_plan(sc) if planned is None else planned
-    check_host_memory(sc, plan.bytes_per_block, plan.block_size)  # kv.offload's CPU tier: in the host's RAM
     return {"kv_pool_tokens": plan.pool_tokens, "max_full_length_requests": plan.max_full_length_seqs,
             "max_concurrency": plan.max_concurrency, "num_gpu_blocks": plan.num_gpu_blocks,
             "bytes_per_token": plan.bytes_per_token, "weight_bytes_per_gpu": plan.weight_bytes,
