@@ -27,7 +27,7 @@ FAMILIES = ("step_latency", "saturated_throughput", "latency_under_load", "memor
 PROFILES = ("eager", "vllm-v1", "vllm-v0", "sglang", "trtllm", "trtllm-pytorch", "compiled")  # sim/cost/profile.py
 #: How the source's harness drove the engine (sim/cost/profile.py Entrypoint): an HTTP server streaming
 #: to a benchmark client, or the engine's own API in process (trtllm-bench, LLM.generate, sgl.Engine)
-ENTRYPOINTS = ("api-server", "offline")
+ENTRYPOINTS = ("api-server", "offline", "chat")
 #: Capabilities kvsim lacks (issue #15 after tensor parallelism): such cases are listed, not run.
 REQUIRES = ("pipeline_parallel", "replicas", "disaggregation")
 
@@ -94,7 +94,7 @@ class Case:
     compute_dtype: str | None = None
     embedding_dtype: str | None = None  # the engine's lm_head / embedding dtype when not the default
     attention_data_parallel: bool | None = None  # the GPUs ran attention data-parallel (DEP)
-    entrypoint: str | None = None  # api-server or offline (None: the scenario's default, api-server)
+    entrypoint: str | None = None  # api-server, offline or chat (None: the scenario's default, api-server)
     kv_cache_free_gpu_mem_fraction: float | None = None  # TensorRT-LLM's KV sizing (sim/model/memory.py)
 
     @property

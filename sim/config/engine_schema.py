@@ -42,10 +42,13 @@ class EngineConfig(_Frozen):
                     "`vllm serve` under `vllm bench serve`: the profile's front end tokenises and streams, and "
                     "latencies are the client's. `offline`: the engine's own API in process (vLLM's "
                     "`LLM.generate` and `benchmark_throughput.py`, `sgl.Engine`, `trtllm-bench`): no front end; "
-                    "vLLM V0's inline output processing stays, it runs in the engine loop.")
+                    "vLLM V0's inline output processing stays, it runs in the engine loop. `chat`: an `api-server` "
+                    "whose clients call its chat route (`/v1/chat/completions`, `vllm bench serve --backend "
+                    "openai-chat`): each request also waits the profile's `frontend_chat_request_s` before the "
+                    "engine sees it.")
     api_servers: pos_int("engine.api_servers") = Field(  # sim/engine/step/frontend.py
         1,
-        description="Front-end processes of an `api-server` entrypoint (vLLM's `--api-server-count`): a new "
+        description="Front-end processes of an `api-server` or `chat` entrypoint (vLLM's `--api-server-count`): a new "
                     "request goes to the one free first, a step's streaming is spread over all of them. One "
                     "streams at most 1 / `frontend_token_s` tokens a second (12,500 with `vllm-v1`'s 80 us): "
                     "raise it where a busy engine outruns one. An `offline` entrypoint keeps 1.")

@@ -59,6 +59,7 @@ _TABLE = (
     Limit("engine.profile_overrides.frontend_request_s", 60.0, "seconds per request"),
     Limit("engine.profile_overrides.frontend_prompt_token_s", 1.0, "seconds per prompt token"),
     Limit("engine.profile_overrides.frontend_token_s", 1.0, "seconds per output token"),
+    Limit("engine.profile_overrides.frontend_chat_request_s", 60.0, "seconds per request"),
     Limit("engine.profile_overrides.custom_allreduce_max_bytes", 1e12, "bytes of one all-reduce message"),
     Limit("kv.block_size", 1 << 16, "tokens per block"),
     Limit("kv.token_eviction.window_tokens", MAX_TOKENS, "as engine.max_model_len"),

@@ -40,6 +40,10 @@ class ProfileOverrides(BaseModel):
         None, description="Front-end seconds per prompt token: tokenising.")
     frontend_token_s: nonneg_float("engine.profile_overrides.frontend_token_s") | None = Field(
         None, description="Front-end seconds per output token: detokenising and streaming.")
+    frontend_chat_request_s: nonneg_float("engine.profile_overrides.frontend_chat_request_s") | None = Field(
+        None, description="Seconds the chat route adds to each request before the engine sees it (chat template, "
+                          "its request handling), with `entrypoint: chat`; it delays the request, not the front end's "
+                          "other work.")
     gqa_shared_kv_reads: bool | None = Field(
         None, description="`true`: decode attention reads a KV head once for all its query heads; `false`: "
                           "once per query head.")

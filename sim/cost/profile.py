@@ -57,6 +57,7 @@ class Entrypoint(StrEnum):
 
     API_SERVER = "api-server"  # an HTTP server streaming to its clients: the profile's front end
     OFFLINE = "offline"  # the engine's own Python/C++ API in process (LLM.generate, trtllm-bench): none
+    CHAT = "chat"  # an api-server whose clients call its chat route: + frontend_chat_request_s a request
 
 
 class OutputProcessing(StrEnum):
@@ -133,6 +134,7 @@ class EngineProfile:
     frontend_request_s: float = 0.0  # per request: HTTP handling, tokenising, bookkeeping
     frontend_prompt_token_s: float = 0.0  # per prompt token: tokenising
     frontend_token_s: float = 0.0  # per output token: detokenising and streaming
+    frontend_chat_request_s: float = 0.0  # per request of the chat route, before the engine sees it (entrypoint chat)
     uses_calibration_overhead: bool = False  # eager: the calibration's step_overhead_s is the host time
     #: The engine's own weight-only GEMM kernels: (weight dtype, fraction of a bf16 GEMM's bandwidth
     #: they reach) pairs replacing the calibration's ``dequant`` entries (kernels differ more
@@ -154,7 +156,8 @@ class EngineProfile:
     def has_frontend(self) -> bool:
         """True when requests pass through a modelled front end (its own CPU resource)."""
         streams = self.frontend_token_s > 0 and self.output_processing is OutputProcessing.SEPARATE
-        return streams or self.frontend_request_s > 0 or self.frontend_prompt_token_s > 0
+        return (streams or self.frontend_request_s > 0 or self.frontend_prompt_token_s > 0
+                or self.frontend_chat_request_s > 0)
 
     def capture_sizes(self, max_num_seqs: int) -> tuple[int, ...]:
         """The batch sizes the engine captures graphs for (empty without graphs)."""
@@ -173,7 +176,12 @@ class EngineProfile:
         detokenisation in ``LLMEngine.step``) stays: the loop does it whoever called it."""
         inline = self.output_processing is OutputProcessing.INLINE
         return dataclasses.replace(self, frontend_request_s=0.0, frontend_prompt_token_s=0.0,
+                                   frontend_chat_request_s=0.0,
                                    frontend_token_s=self.frontend_token_s if inline else 0.0)
+
+    def completions(self) -> EngineProfile:
+        """This profile's clients on the completions route (``entrypoint: api-server``): no chat time."""
+        return dataclasses.replace(self, frontend_chat_request_s=0.0)
 
     def with_overrides(self, overrides: dict) -> EngineProfile:
         """This profile with some fields replaced (scenario ``engine.profile_overrides``)."""
@@ -209,6 +217,14 @@ _CPP_STEP_HOST_S = 1.2e-3
 #: set them with engine.profile_overrides where you have measured your server.
 _FRONTEND_REQUEST_S = 0.0
 _FRONTEND_TOKEN_S = 80e-6
+#: What the chat route (``entrypoint: chat``) adds to each request before the engine sees it, per
+#: engine: fitted on the train side (benchmarks/published/fit_chat_route.py, 2026-12-07) from
+#: GPUStack's Qwen3-8B H100 runs of vLLM 0.11.0, SGLang 0.5.3.post3 and TensorRT-LLM 1.2.0rc1 under
+#: ``vllm bench serve --backend openai-chat`` (vLLM's TTFT is 60 ms at 1 to 8 clients where a prefill
+#: takes under 10 ms: a fixed time per request). One source, one GPU, one model: a starting point.
+_CHAT_VLLM_V1_S = 51.5e-3
+_CHAT_SGLANG_S = 17.5e-3
+_CHAT_TRTLLM_PYTORCH_S = 36.0e-3
 #: int4 weight-only GEMMs of a torch.compile decoder (gpt-fast, torchao: PyTorch's tinygemm,
 #: ``aten._weight_int4pack_mm``) read their 0.5 byte per weight at this fraction of a bf16 GEMM's
 #: bandwidth, on A100 and H100 alike, group size 32 or 64: fitted (benchmarks/published/fit_weight_only.py)
@@ -238,6 +254,7 @@ PROFILES: dict[str, EngineProfile] = {
         ProfileName.VLLM_V1, graph_mode=GraphMode.FULL_AND_PIECEWISE, step_host_s=_V1_STEP_HOST_S,
         seq_host_s=_PY_SEQ_HOST_S, async_scheduling=True, chunked_prefill=True, prefix_caching=True,
         frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
+        frontend_chat_request_s=_CHAT_VLLM_V1_S,
         custom_allreduce_bytes=coll.VLLM_CUSTOM_ALLREDUCE, rules=VLLM_0_33),
     # vLLM 0.5-0.6 (V0 engine): prefill-first scheduling, graphs for decode batches up to 256,
     # output processing in the engine loop.
@@ -253,6 +270,7 @@ PROFILES: dict[str, EngineProfile] = {
         ProfileName.SGLANG, graph_mode=GraphMode.DECODE, max_graph_size=160, step_host_s=_PY_STEP_HOST_S,
         seq_host_s=_PY_SEQ_HOST_S, async_scheduling=True, chunked_prefill=True, prefix_caching=True,
         frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
+        frontend_chat_request_s=_CHAT_SGLANG_S,
         custom_allreduce_bytes=coll.VLLM_CUSTOM_ALLREDUCE),
     ProfileName.TRTLLM: _TRTLLM,
     # TensorRT-LLM's PyTorch backend (``--backend pytorch``, the default since 1.0): the same kernels,
@@ -260,7 +278,8 @@ PROFILES: dict[str, EngineProfile] = {
     # does per-request work each step as vLLM's and SGLang's loops do: their fitted per-sequence
     # host time (_PY_SEQ_HOST_S), the C++ executor's per-step time kept (no separate fit).
     ProfileName.TRTLLM_PYTORCH: dataclasses.replace(_TRTLLM, name=ProfileName.TRTLLM_PYTORCH,
-                                                    seq_host_s=_PY_SEQ_HOST_S),
+                                                    seq_host_s=_PY_SEQ_HOST_S,
+                                                    frontend_chat_request_s=_CHAT_TRTLLM_PYTORCH_S),
     # A compiled single-stream decoder: every decode step one CUDA-graph replay from a loop
     # with next to no host work, no scheduler, no front end (gpt-fast's torch.compile
     # "reduce-overhead" mode; llama.cpp's CUDA backend, with graph_mode none before its

@@ -9,11 +9,14 @@ from sim.cost.profile import OVERRIDABLE, PROFILES, EngineProfile, Entrypoint, G
 def engine_profile(engine, calibration) -> EngineProfile:
     """The profile of a scenario's ``engine`` section (its ``profile``, ``entrypoint`` and
     ``profile_overrides``) on ``calibration``: the profile, this machine's numbers, no front end
-    when ``entrypoint`` is offline, then the scenario's overrides (which win)."""
+    when ``entrypoint`` is offline, then the scenario's overrides (which win), and the chat
+    route's time per request only with ``entrypoint: chat``."""
     profile = with_calibration(PROFILES[engine.profile], calibration)
     if engine.entrypoint is Entrypoint.OFFLINE:
         profile = profile.offline()
-    return profile.with_overrides(engine.profile_overrides.as_dict())
+    profile = profile.with_overrides(engine.profile_overrides.as_dict())
+    # the chat route's time only where clients call it, whatever the overrides say
+    return profile if engine.entrypoint is Entrypoint.CHAT else profile.completions()
 
 
 _BOOL_KEYS = ("async_scheduling", "prefill_first", "gqa_shared_kv_reads", "reserve_full_length")

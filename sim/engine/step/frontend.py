@@ -31,6 +31,7 @@ class FrontEnd:
     def __init__(self, profile: EngineProfile, servers: int = 1) -> None:
         self.request_s = profile.frontend_request_s
         self.prompt_token_s = profile.frontend_prompt_token_s
+        self.chat_s = profile.frontend_chat_request_s  # a delay, not work on the CPUs (entrypoint chat)
         streams = profile.output_processing is OutputProcessing.SEPARATE
         self.token_s = profile.frontend_token_s if streams else 0.0
         self.servers = servers
@@ -53,17 +54,18 @@ class FrontEnd:
         return self.free_at
 
     def receive(self, now: float, num_prompt_tokens: int) -> float:
-        """When a request arriving at ``now`` reaches the engine, tokenised."""
+        """When a request arriving at ``now`` reaches the engine, tokenised (and, on the chat
+        route, ``chat_s`` later: time the route adds that is not queued on the front end's CPU)."""
         work = self.request_s + self.prompt_token_s * num_prompt_tokens
         if self.servers == 1:
-            return self._run(now, work)
+            return self._run(now, work) + self.chat_s
         self.busy_s += work
         free = self._free
         i = free.index(min(free))  # the CPU free first
         free[i] = (free[i] if free[i] > now else now) + work
         if free[i] > self.free_at:
             self.free_at = free[i]
-        return free[i]
+        return free[i] + self.chat_s
 
     def stream(self, now: float, sampled, finished=()) -> None:
         """Stream the tokens of a step that ended at ``now``: stamp when each request's

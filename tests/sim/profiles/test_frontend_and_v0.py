@@ -12,7 +12,7 @@ from sim.engine.simulation import Simulation
 
 
 def test_the_front_end_is_one_cpu_serving_in_arrival_order() -> None:
-    fe = FrontEnd(PROFILES["vllm-v1"].with_overrides({"frontend_request_s": 1.0, "frontend_prompt_token_s": 0.0}))
+    fe = FrontEnd(PROFILES["vllm-v1"].completions().with_overrides({"frontend_request_s": 1.0, "frontend_prompt_token_s": 0.0}))
     assert fe.receive(0.0, 10) == 1.0
     assert fe.receive(0.5, 10) == 2.0  # waits for the first job
     assert fe.receive(5.0, 10) == 6.0  # idle in between
@@ -149,7 +149,7 @@ def test_an_offline_entrypoint_has_no_front_end(scenario_dict, tmp_path) -> None
 def test_api_servers_share_the_requests_and_the_streams() -> None:
     """N front-end processes (vLLM's --api-server-count): a request goes to the CPU free first,
     a step's streaming work is spread evenly over them."""
-    profile = PROFILES["vllm-v1"].with_overrides({"frontend_request_s": 1.0, "frontend_token_s": 0.5})
+    profile = PROFILES["vllm-v1"].completions().with_overrides({"frontend_request_s": 1.0, "frontend_token_s": 0.5})
     fe = FrontEnd(profile, servers=2)
     assert fe.receive(0.0, 10) == 1.0 and fe.receive(0.0, 10) == 1.0  # side by side
     assert fe.receive(0.5, 10) == 2.0  # both busy until 1.0

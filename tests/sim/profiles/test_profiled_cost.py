@@ -127,9 +127,11 @@ def test_trtllm_pytorch_is_trtllm_with_the_python_loops_per_sequence_time() -> N
     """TensorRT-LLM's PyTorch backend: trtllm's kernels, graphs and admission; its Python executor
     pays the Python engines' per-sequence host time, which binds once a big batch's device step is short."""
     cpp, py = PROFILES["trtllm"], PROFILES["trtllm-pytorch"]
-    same = {f.name for f in dataclasses.fields(cpp)} - {"name", "seq_host_s"}
+    same = {f.name for f in dataclasses.fields(cpp)} - {"name", "seq_host_s", "frontend_chat_request_s"}
     assert all(getattr(cpp, f) == getattr(py, f) for f in same)
     assert cpp.seq_host_s == 0.0 and py.seq_host_s == PROFILES["vllm-v1"].seq_host_s > 0
+    # trtllm-serve's chat route was measured on the PyTorch backend only (fit_chat_route.py)
+    assert cpp.frontend_chat_request_s == 0.0 < py.frontend_chat_request_s
     small = BatchShape.decode(4, 500)
     assert cost("trtllm-pytorch").step_time_s(small) == cost("trtllm").step_time_s(small)  # device-bound
     big = BatchShape.decode(2048, 100)
