@@ -53,6 +53,7 @@ _TABLE = (
     Limit("engine.runtime_overhead_bytes", MAX_BYTES, "1 PiB"),
     Limit("engine.num_gpu_blocks_override", MAX_GPU_BLOCKS, "the allocator keeps objects per block"),
     Limit("engine.profile_overrides.max_graph_size", 1 << 16, "batch sizes a graph is captured for"),
+    Limit("engine.profile_overrides.scheduler_steps", 64, "decode steps a scheduling round runs"),
     Limit("engine.profile_overrides.step_host_s", 10.0, "seconds of host time per step"),
     Limit("engine.profile_overrides.seq_host_s", 1.0, "seconds of host time per sequence"),
     Limit("engine.profile_overrides.graph_kernel_s", 1e-3, "seconds of GPU time per replayed kernel"),

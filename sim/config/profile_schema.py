@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.config.limits import nonneg_float, nonneg_int
+from sim.config.limits import nonneg_float, nonneg_int, pos_int
 from sim.cost.profile import DEFAULT_PROFILE, PROFILES, GraphMode, OutputProcessing, ProfileName
 
 
@@ -27,6 +27,10 @@ class ProfileOverrides(BaseModel):
         None, description="Host seconds per step: scheduling, input preparation, sampling.")
     seq_host_s: nonneg_float("engine.profile_overrides.seq_host_s") | None = Field(
         None, description="Host seconds per sequence in the step.")
+    scheduler_steps: pos_int("engine.profile_overrides.scheduler_steps") | None = Field(
+        None, description="vLLM V0's `--num-scheduler-steps` (multi-step scheduling): a scheduling round runs this "
+                          "many decode steps, and a request that arrives meanwhile waits for the round's end (1: "
+                          "every step).")
     async_scheduling: bool | None = Field(
         None, description="Host work overlaps the device's: a step takes max(device, host), not their sum.")
     prefill_first: bool | None = Field(

@@ -128,6 +128,7 @@ class EngineProfile:
     seq_host_s: float = 0.0  # host time per sequence in the step
     async_scheduling: bool = False  # host work overlaps the device's (step = max, not sum)
     prefill_first: bool = False  # vLLM V0: waiting prompts run in prefill-only steps first
+    scheduler_steps: int = 1  # vLLM V0's --num-scheduler-steps: decode steps a scheduling round runs
     chunked_prefill: bool = False  # default batching policy: chunked-prefill (else continuous)
     prefix_caching: bool = False  # default of kv.prefix_caching
     output_processing: OutputProcessing = OutputProcessing.SEPARATE

@@ -49,6 +49,9 @@ def with_calibration(profile: EngineProfile, calibration) -> EngineProfile:
         elif key == "max_graph_size":
             ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 1 << 16
             allowed = "an integer from 0 to 65536"
+        elif key == "scheduler_steps":
+            ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 64
+            allowed = "an integer from 1 to 64"
         elif key == "custom_allreduce_max_bytes":
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1e12
             allowed = "bytes from 0 to 1e12"

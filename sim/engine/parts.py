@@ -239,7 +239,7 @@ def engine_state(sc: Scenario, model: ModelSpec, plan: MemoryPlan, budget: Token
                    if sc.scheduler.preemption_victim == VictimPolicy.LONGEST_REMAINING else None),
         watermark_slots=watermark_slots,
         prefill_first=profile.prefill_first, reserve_full_length=profile.reserve_full_length,
-        decodes_first=rules.decodes_first, admit_full_sequence=rules.admit_full_sequence,
+        scheduler_steps=profile.scheduler_steps, decodes_first=rules.decodes_first, admit_full_sequence=rules.admit_full_sequence,
         finish_lag=rules.async_finish_lag and profile.async_scheduling,
         long_prefill_token_threshold=sc.scheduler.long_prefill_token_threshold)
     return allocator, swap, preemptor, scheduler

@@ -28,7 +28,8 @@ class SchedulerBase(TierLoads):
                  remaining: RemainingOutputModel | None = None, watermark_slots: int = 0,
                  prefill_first: bool = False, reserve_full_length: bool = False,
                  decodes_first: bool = True, admit_full_sequence: bool = False,
-                 finish_lag: bool = False, long_prefill_token_threshold: int = 0) -> None:
+                 finish_lag: bool = False, long_prefill_token_threshold: int = 0,
+                 scheduler_steps: int = 1) -> None:
         self.allocator = allocator
         self.preemptor = preemptor
         self.max_num_seqs = max_num_seqs
@@ -39,6 +40,10 @@ class SchedulerBase(TierLoads):
         self.remaining = remaining
         self.watermark_slots = watermark_slots  # kept free at admission (vLLM V0's watermark)
         self.prefill_first = prefill_first  # vLLM V0: admitted prompts run in prefill-only steps
+        #: vLLM V0's multi-step scheduling: a round of decodes runs this many steps, admitting
+        #: nothing until it ends (``block_left``: the steps of the current round still to run)
+        self.scheduler_steps = scheduler_steps
+        self.block_left = 0
         #: TensorRT-LLM's GUARANTEED_NO_EVICT: admit a request only while every running request's
         #: prompt + max_tokens still fits, so no running request is ever preempted for room
         self.reserve_full_length = reserve_full_length

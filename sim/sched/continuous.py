@@ -17,6 +17,11 @@ request whose prompt exceeds the remaining budget waits for the next step.
 be admitted, the step runs those prefills alone and the running decodes wait a step
 (prefill-only steps stall token generation; the engine profile ``vllm-v0`` sets it).
 
+``scheduler_steps`` = N > 1 (vLLM V0's ``--num-scheduler-steps``, multi-step scheduling): a
+scheduling round whose step is all decodes runs N decode steps; in its N - 1 further steps
+the running requests go on and nothing is admitted or swapped in, so a request that arrives
+meanwhile waits for the round's end (a prefill step is a round of one step).
+
 ``chunked=True`` (``chunked-prefill``): prompts are split to fill the budget, and running
 decodes are served before running prefill chunks (decodes first, as Sarathi-Serve and
 vLLM's chunked prefill do), so long prompts do not stall token generation.
@@ -84,17 +89,25 @@ class ContinuousScheduler(SchedulerBase):
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput(budget=self.allocator.budget)
-        if self.prefill_first and self.waiting and not self.swapped and not self.chunked:
+        in_round = self.block_left > 0 and self.running  # multi-step: the round's further steps
+        if in_round:
+            self.block_left -= 1
+        else:
+            self.block_left = 0  # (a round whose requests all finished ends with them)
+        if not in_round and self.prefill_first and self.waiting and not self.swapped and not self.chunked:
             self._admit_waiting(out, self.max_num_batched_tokens, False)
             if out.scheduled:
                 return out  # a prefill-only step
         chunk_cap = self._prefill_cap() if self.long_prefill_token_threshold else 0
         budget = self._schedule_running(out, self.max_num_batched_tokens, chunk_cap)
-        if not out.preempted:
+        if not out.preempted and not in_round:
             if self.swapped:  # (both phases do nothing on an empty queue)
                 budget = self._swap_in(out, budget)
             if self.waiting:
                 self._admit_waiting(out, budget, self.chunked, chunk_cap)
+        if self.scheduler_steps > 1 and not in_round:  # a round begins: all decodes, N steps
+            all_decodes = out.scheduled and out.num_decode_tokens == len(out.scheduled)
+            self.block_left = self.scheduler_steps - 1 if all_decodes else 0
         if self.lagging:
             out.num_released = len(self.lagging)
             self.release_lagging()

@@ -80,7 +80,7 @@ class DecodeRun:
         self.goes_on = self.straddle or self.stepwise  # past events and finishing steps
         self.enabled = (type(sched) is ContinuousScheduler and type(alloc) is PagedAllocator
                         and not alloc._bounded and sim.core.hook is None
-                        and type(sim.core.steps) is StepLog)
+                        and type(sim.core.steps) is StepLog and sched.scheduler_steps == 1)
         # Waiting requests are admitted in a stretch by the scheduler's own admission pass,
         # except where a step with admissions is not a decode step plus prompts (vLLM V0's
         # prefill-first) or rejects requests (rejection when full): the normal path does those.
