@@ -11,13 +11,12 @@ that fills the compute units (GEMM rows = tokens). One model form serves all ker
 ``smax(a, b) = (a^p + b^p)^(1/p)`` with ``p = sharpness`` is a smooth max: p -> inf is the
 roofline's hard max; a finite p says memory and compute overlap imperfectly near the ridge.
 The efficiency ``x / (x + x_half)`` is how far the token dimension fills the tensor cores
-(a GEMM over 4 tokens pads its tiles to 16 or 64 rows). Kernels without FLOPs are pure
-bandwidth plus overhead.
+(a GEMM over 4 tokens pads its tiles to 16 or 64 rows). Kernels without FLOPs: bandwidth plus overhead.
 
 Optional terms, on when their parameters are present (older calibrations predict as before):
 the GEMM's tile and wave quantisation (``sm_count``, ``tile_m``, ``tile_n``) and kernel regimes
-(``mid_max_m``; sim/calib/gemm_tiles.py); decode attention's split-KV occupancy (``full_ctas``;
-sim/calib/attention_terms.py).
+(``mid_max_m``; sim/calib/gemm_tiles.py); decode attention's split-KV occupancy (``full_ctas``),
+prefill's head-dim / occupancy (``head_dim_half``) and GQA packing (``kv_reuse_len``; sim/calib/attention_terms.py).
 
 A :class:`KernelFit` holds the fitted parameters, its cross-validated error and, optionally,
 a measured grid: where a query's shape matches a measured one on every field but the kernel's
@@ -34,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from sim.calib.attention_terms import (
-    attention_param_names, attention_params_from_dict, decode_shape_s, prefill_efficiency, prefill_on, smooth_max,
-    split_on)
+    attention_param_names, attention_params_from_dict, decode_shape_s, prefill_efficiency, prefill_on,
+    prefill_shape_gqa, smooth_max, split_on)
 from sim.calib.gemm_tiles import (
     REGIME_PARAMS, TILE_PARAMS, executed_flops, previous_regime_end, regime_params_from_dict, regimes_on,
     tile_params_from_dict, tiles_on)
@@ -153,7 +152,10 @@ def analytic_s(params: dict[str, float], kernel: str, shape: Shape) -> float:
         return decode_shape_s(params, shape)
     nbytes, flops, items, x = features(kernel, shape)
     if kernel == "prefill_attention" and prefill_on(params):
-        flops /= prefill_efficiency(params, shape["num_seqs"], shape["query_len"], shape["num_q_heads"], shape["head_dim"])
+        flops /= prefill_efficiency(params, shape["num_seqs"], shape["query_len"], shape["num_q_heads"],
+                                    shape["head_dim"], shape["num_kv_heads"])
+        extra, cta_s = prefill_shape_gqa(params, shape)
+        return roofline_s(params, nbytes + extra, flops, items, x) + cta_s
     if flops > 0 and KERNELS[kernel].tiled and tiles_on(params) and shape["m"] > 0 and shape["k"] > 0:
         flops = executed_flops(params, shape["m"], shape["n"], shape["k"])
         end = previous_regime_end(params, shape["m"])
