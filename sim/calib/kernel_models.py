@@ -14,8 +14,8 @@ The efficiency ``x / (x + x_half)`` is how far the token dimension fills the ten
 (a GEMM over 4 tokens pads its tiles to 16 or 64 rows). Kernels without FLOPs: bandwidth plus overhead.
 
 Optional terms, on when their parameters are present (older calibrations predict as before):
-the GEMM's tile and wave quantisation (``sm_count``, ``tile_m``, ``tile_n``) and kernel regimes
-(``mid_max_m``; sim/calib/gemm_tiles.py); decode attention's split-KV occupancy (``full_ctas``),
+the GEMM's tile and wave quantisation (``sm_count``, ``tile_m``, ``tile_n``), kernel regimes
+(``mid_max_m``) and split-k (``split_k_len``; sim/calib/gemm_tiles.py); decode attention's split-KV occupancy (``full_ctas``),
 prefill's head-dim / occupancy (``head_dim_half``) and GQA packing (``kv_reuse_len``; sim/calib/attention_terms.py).
 
 A :class:`KernelFit` holds the fitted parameters, its cross-validated error and, optionally,
@@ -36,8 +36,8 @@ from sim.calib.attention_terms import (
     attention_param_names, attention_params_from_dict, decode_shape_s, prefill_efficiency, prefill_on,
     prefill_shape_gqa, smooth_max, split_on)
 from sim.calib.gemm_tiles import (
-    REGIME_PARAMS, TILE_PARAMS, executed_flops, previous_regime_end, regime_params_from_dict, regimes_on,
-    tile_params_from_dict, tiles_on)
+    executed_flops, gemm_param_names, previous_regime_end, regime_and_split_params_from_dict, tile_params_from_dict,
+    tiles_on)
 from sim.calib.numbers import number_in
 from sim.errors import ConfigError
 from sim.model.dtypes import DTYPE_BYTES
@@ -234,8 +234,7 @@ class KernelFit:
     def to_dict(self) -> dict:
         spec = KERNELS[self.kernel]
         key_fields = [f for f in spec.fields if f != spec.axis]
-        names = PARAM_NAMES + (TILE_PARAMS if tiles_on(self.params) else ()) + (
-            REGIME_PARAMS if regimes_on(self.params) else ()) + attention_param_names(self.params)
+        names = PARAM_NAMES + gemm_param_names(self.params) + attention_param_names(self.params)
         out = {"params": {k: _num(self.params[k]) for k in names},
                "cv_mape": _num(self.cv_mape), "train_mape": _num(self.train_mape),
                "cv_folds": self.cv_folds, "num_records": self.num_records, "num_shapes": self.num_shapes}
@@ -275,7 +274,7 @@ def kernel_fit_from_dict(kernel: str, data, *, file: str) -> KernelFit:
     if tiles and not spec.tiled:
         raise ConfigError(file, f"{where}.params.sm_count", "the tile/wave term is for GEMMs (kernel gemm) only")
     params.update(tiles)
-    params.update(regime_params_from_dict(data["params"], file, f"{where}.params"))
+    params.update(regime_and_split_params_from_dict(data["params"], file, f"{where}.params"))
     params.update(attention_params_from_dict(kernel, data["params"], file, f"{where}.params"))
     grid = data.get("grid") or []
     if not isinstance(grid, list):
