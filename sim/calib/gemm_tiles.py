@@ -30,7 +30,11 @@ by token count, with its own tile height and efficiency. Three regimes:
     small_max_m < m <= mid_max_m      tile_m = mid_tile_m,   efficiency mid_efficiency
     m > mid_max_m                     tile_m = tile_m,       efficiency 1 (flops_per_s is this regime's)
 
-and work_scale is divided by the regime's efficiency.
+and work_scale is divided by the regime's efficiency. The bounds and tile heights are given
+(cuBLAS-like on Ampere and Hopper: 64 / 256 tokens, 64-row tiles below 256), the two
+efficiencies fitted. Across a bound the next regime may be faster (a taller tile, a better
+kernel); kernel_models.analytic_s then keeps the time at the previous regime's last token
+count, so predictions still never fall as m grows.
 
 **Split-k** (optional, on when ``split_k_len`` > 0): a GEMM with few tokens has few output tiles, and
 cuBLAS splits its k across ``splits`` CTAs per tile (each a chunk of about ``split_k_len`` k, at most
@@ -44,11 +48,8 @@ wave k / splits deep:
 (splits 1: the form above). On H100 SXM's vLLM tables (16 tokens, n 32) the time grows with k to about
 3,000 and then stays at 6 us to k = 16,384; the split-k form follows it where the unsplit one, paying
 a whole serial k per tile, is three times too slow at k = 65,536. Still non-decreasing in k: k /
-splits is split_k_len while the splits are not capped, and the waves grow with the splits. The bounds and tile heights are given
-(cuBLAS-like on Ampere and Hopper: 64 / 256 tokens, 64-row tiles below 256), the two
-efficiencies fitted. Across a bound the next regime may be faster (a taller tile, a better
-kernel); kernel_models.analytic_s then keeps the time at the previous regime's last token
-count, so predictions still never fall as m grows.
+splits is split_k_len while the splits are not capped, and the waves grow with the splits. Off in
+the shipped calibrations: on the L40S's tables it raises the held-out error (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations

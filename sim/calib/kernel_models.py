@@ -15,8 +15,9 @@ The efficiency ``x / (x + x_half)`` is how far the token dimension fills the ten
 
 Optional terms, on when their parameters are present (older calibrations predict as before):
 the GEMM's tile and wave quantisation (``sm_count``, ``tile_m``, ``tile_n``), kernel regimes
-(``mid_max_m``) and split-k (``split_k_len``; sim/calib/gemm_tiles.py); decode attention's split-KV occupancy (``full_ctas``),
-prefill's head-dim / occupancy (``head_dim_half``) and GQA packing (``kv_reuse_len``; sim/calib/attention_terms.py).
+(``mid_max_m``) and split-k (``split_k_len``; sim/calib/gemm_tiles.py); decode attention's split-KV
+occupancy (``full_ctas``), prefill's head-dim / occupancy (``head_dim_half``) and GQA packing
+(``kv_reuse_len``; sim/calib/attention_terms.py).
 
 A :class:`KernelFit` holds the fitted parameters, its cross-validated error and, optionally,
 a measured grid: where a query's shape matches a measured one on every field but the kernel's
