@@ -49,7 +49,9 @@ and L2 holds what the tiles of a packed group share, so the KV is read about ``1
     time  += cta_s x n x h_kv x ceil(q x g / q_block);   bytes += kv_bytes x reread
 
 Every factor is non-decreasing in n and q. On H100 SXM under vLLM 0.24 the held-out error falls from
-10.9% to 8.0% (benchmarks/RESULTS.md).
+10.9% to 8.0% (benchmarks/RESULTS.md); fitted there, kv_reuse_len 10 tokens and max_reread 7.5,
+more re-reads at 128 tokens than an MHA prefill has query tiles: read the pair as the KV side's
+effective share of bandwidth as much as a count of reads.
 """
 
 from __future__ import annotations
