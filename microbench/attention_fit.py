@@ -6,7 +6,9 @@ the plain form. Decode attention's split-KV form: the KV tile length is chosen a
 ``KV_BLOCKS`` by the lowest training loss (each fitted), as the GEMM's tile is, the other nine
 parameters fitted. Prefill attention's head-dim and occupancy term: the query tile is given
 (``Q_BLOCK``, FlashAttention's 128 rows), ``head_dim_half`` and ``full_q_ctas`` fitted with the
-plain form's six. Both by the same robust least squares on log(predicted / measured) as every kernel.
+plain form's six, and with them the GQA-packing term's ``cta_s``, ``kv_reuse_len`` and
+``max_reread`` (packed CTAs, KV re-reads capped by L2). Both by the same robust least squares on
+log(predicted / measured) as every kernel.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ import numpy as np
 KV_BLOCKS = (32, 64, 128)
 Q_BLOCK = 128.0  # FlashAttention 2/3's query tile (rows)
 _PREFILL_FREE = ("bandwidth_bytes_per_s", "flops_per_s", "x_half", "overhead_s", "item_s", "sharpness",
-                 "head_dim_half", "full_q_ctas")
+                 "head_dim_half", "full_q_ctas", "cta_s", "kv_reuse_len", "max_reread")
 _FREE = ("bandwidth_bytes_per_s", "flops_per_s", "overhead_s", "item_s", "sharpness",
          "unit_s", "split_len", "max_splits", "full_ctas")
-_BOUNDS = {"head_dim_half": (1e-3, 1e5), "full_q_ctas": (1.0, 1e6), "unit_s": (1e-10, 1.0), "split_len": (1.0, 1e6), "max_splits": (1.0, 1e4), "full_ctas": (1.0, 1e6)}
+_BOUNDS = {"head_dim_half": (1e-3, 1e5), "full_q_ctas": (1.0, 1e6), "cta_s": (1e-12, 1e-3),
+           "kv_reuse_len": (1e-3, 1e7), "max_reread": (1e-3, 1e4), "unit_s": (1e-10, 1.0), "split_len": (1.0, 1e6),
+           "max_splits": (1.0, 1e4), "full_ctas": (1.0, 1e6)}
 
 
 def _columns(records: list[dict]) -> tuple[np.ndarray, ...]:
@@ -80,29 +84,34 @@ def fit_decode_split(records: list[dict], bounds: dict, f_scale: float) -> tuple
 
 
 def fit_prefill(records: list[dict], bounds: dict, f_scale: float) -> tuple[dict[str, float], float]:
-    """(parameters, robust loss) of prefill attention's form with the head-dim / occupancy term."""
+    """(parameters, robust loss) of prefill attention's form with the head-dim / occupancy and the
+    GQA-packing terms (sim/calib/attention_terms.py)."""
     from scipy.optimize import least_squares  # noqa: PLC0415
 
     from sim.calib.kernel_models import features  # noqa: PLC0415
 
     t = np.array([r["time_s"] for r in records], dtype=float)
     nbytes, flops, items, x = np.array([features("prefill_attention", r) for r in records], dtype=float).T
-    n, q, hq, d = np.array([(r["num_seqs"], r["query_len"], r["num_q_heads"], r["head_dim"]) for r in records],
-                           dtype=float).T
-    ctas = n * hq * np.maximum(1.0, q / Q_BLOCK)
+    n, q, c, hq, hk, d, b = _prefill_columns(records)
+    ctas = n * hk * np.maximum(1.0, q * hq / hk / Q_BLOCK)  # packed (sequence, KV head, query tile) CTAs
+    tiles = n * hk * np.ceil(q * hq / hk / Q_BLOCK - 1e-9)
+    kv_bytes, r0 = n * (c + q) * 2 * hk * d * b, np.maximum(q, Q_BLOCK)
 
     def model(p: dict) -> np.ndarray:
         eff = x / (x + p["x_half"]) * d / (d + p["head_dim_half"]) * np.minimum(1.0, ctas / p["full_q_ctas"])
-        mem, comp = nbytes / p["bandwidth_bytes_per_s"], flops / (p["flops_per_s"] * eff)
+        r = r0 / p["kv_reuse_len"]
+        mem = (nbytes + kv_bytes * r / (1.0 + r / p["max_reread"])) / p["bandwidth_bytes_per_s"]
+        comp = flops / (p["flops_per_s"] * eff)
         hi, lo = np.maximum(mem, comp), np.minimum(mem, comp)
         s = p["sharpness"]
-        return p["overhead_s"] + p["item_s"] * items + hi * (1.0 + (lo / hi) ** s) ** (1.0 / s)
+        return p["overhead_s"] + p["item_s"] * items + p["cta_s"] * tiles + hi * (1.0 + (lo / hi) ** s) ** (1.0 / s)
 
     big = nbytes >= np.quantile(nbytes, 0.75)
     guess = {"bandwidth_bytes_per_s": float(np.median(nbytes[big] / t[big])),
              "flops_per_s": float(np.max(flops / t)) * 1.5 or 1e12, "x_half": 16.0,
              "overhead_s": float(np.min(t)) * 0.5, "item_s": float(np.min(t)) * 1e-3, "sharpness": 4.0,
-             "head_dim_half": 64.0, "full_q_ctas": 132.0}
+             "head_dim_half": 64.0, "full_q_ctas": 132.0, "cta_s": float(np.min(t)) * 1e-3,
+             "kv_reuse_len": 16.0, "max_reread": 8.0}
     all_bounds = {**bounds, **_BOUNDS}
     lo = np.log([all_bounds[p][0] for p in _PREFILL_FREE])
     hi = np.log([all_bounds[p][1] for p in _PREFILL_FREE])
@@ -114,11 +123,21 @@ def fit_prefill(records: list[dict], bounds: dict, f_scale: float) -> tuple[dict
     return params, float(res.cost)
 
 
+def _prefill_columns(records: list[dict]) -> tuple[np.ndarray, ...]:
+    from sim.model.dtypes import DTYPE_BYTES  # noqa: PLC0415
+
+    cols = np.array([(r["num_seqs"], r["query_len"], r["context_len"], r["num_q_heads"], r["num_kv_heads"],
+                      r["head_dim"], DTYPE_BYTES[r.get("dtype", "bf16")]) for r in records], dtype=float)
+    return tuple(cols.T)
+
+
 def describe_split(p: dict) -> str:
     """The attention terms' parameters in words, for microbench.fit.describe."""
     if p.get("head_dim_half", 0) > 0:
+        gqa = (f"; GQA-packed CTAs at {p['cta_s'] * 1e9:.1f} ns each, KV re-read up to {p['max_reread']:.1f}x "
+               f"(one re-read per {p['kv_reuse_len']:.0f} query tokens)" if p.get("kv_reuse_len", 0) > 0 else "")
         return (f"head dim at d / (d + {p['head_dim_half']:.0f}), full rate from {p['full_q_ctas']:.0f} "
-                f"CTAs of {p['q_block']:.0f} query rows")
+                f"CTAs of {p['q_block']:.0f} query rows" + gqa)
     if not p.get("full_ctas", 0) > 0 or not math.isfinite(p["full_ctas"]):
         return ""
     return (f"split-KV: {p['kv_block']:.0f}-token KV tiles, splits of {p['split_len']:.0f} tokens up to "

@@ -35,6 +35,21 @@ and work_scale is divided by the regime's efficiency. The bounds and tile height
 efficiencies fitted. Across a bound the next regime may be faster (a taller tile, a better
 kernel); kernel_models.analytic_s then keeps the time at the previous regime's last token
 count, so predictions still never fall as m grows.
+
+**Split-k** (optional, on when ``split_k_len`` > 0): a GEMM with few tokens has few output tiles, and
+cuBLAS splits its k across ``splits`` CTAs per tile (each a chunk of about ``split_k_len`` k, at most
+``max_split_k`` chunks) so that the SMs share a long k: the tiles x splits CTAs fill the waves, each
+wave k / splits deep:
+
+    splits     = max(1, min(k / split_k_len, max_split_k))
+    waves_paid = (tiles x splits) / sm_count + wave_tail x (waves - (tiles x splits) / sm_count)
+    work_scale = waves_paid x sm_count x tile_m x tile_n / (m x n) x (1 / splits + k_half / k)
+
+(splits 1: the form above). On H100 SXM's vLLM tables (16 tokens, n 32) the time grows with k to about
+3,000 and then stays at 6 us to k = 16,384; the split-k form follows it where the unsplit one, paying
+a whole serial k per tile, is three times too slow at k = 65,536. Still non-decreasing in k: k /
+splits is split_k_len while the splits are not capped, and the waves grow with the splits. Off in
+the shipped calibrations: on the L40S's tables it raises the held-out error (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -52,6 +67,8 @@ TILE_LIMITS = {"sm_count": (1.0, 10_000.0), "tile_m": (1.0, 4096.0), "tile_n": (
 REGIME_PARAMS = ("small_max_m", "small_tile_m", "small_efficiency", "mid_max_m", "mid_tile_m", "mid_efficiency")
 REGIME_LIMITS = {"small_max_m": (1.0, 1e6), "small_tile_m": (1.0, 4096.0), "small_efficiency": (0.01, 100.0),
                  "mid_max_m": (1.0, 1e6), "mid_tile_m": (1.0, 4096.0), "mid_efficiency": (0.01, 100.0)}
+SPLIT_K_PARAMS = ("split_k_len", "max_split_k")
+SPLIT_K_LIMITS = {"split_k_len": (1.0, 1e9), "max_split_k": (1.0, 1e6)}
 _INTEGERS = ("sm_count", "tile_m", "tile_n", "small_max_m", "small_tile_m", "mid_max_m", "mid_tile_m")
 
 
@@ -63,6 +80,18 @@ def tiles_on(params: dict) -> bool:
 def regimes_on(params: dict) -> bool:
     """Whether ``params`` carry the kernel regimes (mid_max_m > 0; the tile term on)."""
     return params.get("mid_max_m", 0.0) > 0 and tiles_on(params)
+
+
+def split_k_on(params: dict) -> bool:
+    """Whether ``params`` carry the split-k term (split_k_len > 0; the tile term on)."""
+    return params.get("split_k_len", 0.0) > 0 and tiles_on(params)
+
+
+def k_splits(params: dict, k: float) -> float:
+    """The k chunks of each output tile (module docstring); 1 with split-k off."""
+    if not split_k_on(params):
+        return 1.0
+    return max(1.0, min(k / params["split_k_len"], params["max_split_k"]))
 
 
 def regime(params: dict, m: float) -> tuple[float, float]:
@@ -104,6 +133,12 @@ def executed_flops(params: dict, m: float, n: float, k: float) -> float:
     sms, tn = params["sm_count"], params["tile_n"]
     tm, eff = regime(params, m)
     tiles = num_tiles(m, n, tm, tn)
+    splits = k_splits(params, k)
+    if splits > 1.0:  # tiles x splits CTAs, each k / splits deep
+        total = tiles * splits
+        full = total / sms
+        paid = full + params.get("wave_tail", 1.0) * (math.ceil(full - 1e-9) - full)
+        return paid * sms * tm * tn * 2.0 * (k / splits + params.get("k_half", 0.0)) / eff
     full = tiles / sms
     paid = full + params.get("wave_tail", 1.0) * (num_waves(tiles, sms) - full)
     return paid * sms * tm * tn * 2.0 * (k + params.get("k_half", 0.0)) / eff
@@ -142,6 +177,34 @@ def tile_params_from_dict(raw: dict, file: str, where: str) -> dict[str, float]:
         if name not in given:
             raise ConfigError(file, f"{where}.{name}", "missing: the tile/wave term needs sm_count, "
                               "tile_m and tile_n together")
+    return out
+
+
+def gemm_param_names(params: dict) -> tuple[str, ...]:
+    """The optional GEMM parameters ``params`` carry (written with the fit)."""
+    return ((TILE_PARAMS if tiles_on(params) else ()) + (REGIME_PARAMS if regimes_on(params) else ())
+            + (SPLIT_K_PARAMS if split_k_on(params) else ()))
+
+
+def regime_and_split_params_from_dict(raw: dict, file: str, where: str) -> dict[str, float]:
+    """The kernel regimes' and split-k's parameters of a ``params`` mapping, validated ({} when absent)."""
+    return regime_params_from_dict(raw, file, where) | split_k_params_from_dict(raw, file, where)
+
+
+def split_k_params_from_dict(raw: dict, file: str, where: str) -> dict[str, float]:
+    """The split-k parameters of a ``params`` mapping, validated: {} when absent; both together, on
+    top of the tile term."""
+    given = [name for name in SPLIT_K_PARAMS if raw.get(name) is not None]
+    if not given:
+        return {}
+    out = {}
+    for name in SPLIT_K_PARAMS:
+        if name not in given:
+            raise ConfigError(file, f"{where}.{name}", "missing: split-k needs split_k_len and max_split_k together")
+        out[name] = _checked(raw[name], SPLIT_K_LIMITS[name], name, file, where)
+    if raw.get("sm_count") is None:
+        raise ConfigError(file, f"{where}.sm_count", "missing: split-k needs the tile/wave term (sm_count, tile_m, "
+                          "tile_n)")
     return out
 
 

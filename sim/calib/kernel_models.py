@@ -11,13 +11,13 @@ that fills the compute units (GEMM rows = tokens). One model form serves all ker
 ``smax(a, b) = (a^p + b^p)^(1/p)`` with ``p = sharpness`` is a smooth max: p -> inf is the
 roofline's hard max; a finite p says memory and compute overlap imperfectly near the ridge.
 The efficiency ``x / (x + x_half)`` is how far the token dimension fills the tensor cores
-(a GEMM over 4 tokens pads its tiles to 16 or 64 rows). Kernels without FLOPs are pure
-bandwidth plus overhead.
+(a GEMM over 4 tokens pads its tiles to 16 or 64 rows). Kernels without FLOPs: bandwidth plus overhead.
 
 Optional terms, on when their parameters are present (older calibrations predict as before):
-the GEMM's tile and wave quantisation (``sm_count``, ``tile_m``, ``tile_n``) and kernel regimes
-(``mid_max_m``; sim/calib/gemm_tiles.py); decode attention's split-KV occupancy (``full_ctas``;
-sim/calib/attention_terms.py).
+the GEMM's tile and wave quantisation (``sm_count``, ``tile_m``, ``tile_n``), kernel regimes
+(``mid_max_m``) and split-k (``split_k_len``; sim/calib/gemm_tiles.py); decode attention's split-KV
+occupancy (``full_ctas``), prefill's head-dim / occupancy (``head_dim_half``) and GQA packing
+(``kv_reuse_len``; sim/calib/attention_terms.py).
 
 A :class:`KernelFit` holds the fitted parameters, its cross-validated error and, optionally,
 a measured grid: where a query's shape matches a measured one on every field but the kernel's
@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from sim.calib.attention_terms import (
-    attention_param_names, attention_params_from_dict, decode_shape_s, prefill_efficiency, prefill_on, smooth_max,
-    split_on)
+    attention_param_names, attention_params_from_dict, decode_shape_s, prefill_efficiency, prefill_on,
+    prefill_shape_gqa, smooth_max, split_on)
 from sim.calib.gemm_tiles import (
-    REGIME_PARAMS, TILE_PARAMS, executed_flops, previous_regime_end, regime_params_from_dict, regimes_on,
-    tile_params_from_dict, tiles_on)
+    executed_flops, gemm_param_names, previous_regime_end, regime_and_split_params_from_dict, tile_params_from_dict,
+    tiles_on)
 from sim.calib.numbers import number_in
 from sim.errors import ConfigError
 from sim.model.dtypes import DTYPE_BYTES
@@ -153,7 +153,10 @@ def analytic_s(params: dict[str, float], kernel: str, shape: Shape) -> float:
         return decode_shape_s(params, shape)
     nbytes, flops, items, x = features(kernel, shape)
     if kernel == "prefill_attention" and prefill_on(params):
-        flops /= prefill_efficiency(params, shape["num_seqs"], shape["query_len"], shape["num_q_heads"], shape["head_dim"])
+        flops /= prefill_efficiency(params, shape["num_seqs"], shape["query_len"], shape["num_q_heads"],
+                                    shape["head_dim"], shape["num_kv_heads"])
+        extra, cta_s = prefill_shape_gqa(params, shape)
+        return roofline_s(params, nbytes + extra, flops, items, x) + cta_s
     if flops > 0 and KERNELS[kernel].tiled and tiles_on(params) and shape["m"] > 0 and shape["k"] > 0:
         flops = executed_flops(params, shape["m"], shape["n"], shape["k"])
         end = previous_regime_end(params, shape["m"])
@@ -232,8 +235,7 @@ class KernelFit:
     def to_dict(self) -> dict:
         spec = KERNELS[self.kernel]
         key_fields = [f for f in spec.fields if f != spec.axis]
-        names = PARAM_NAMES + (TILE_PARAMS if tiles_on(self.params) else ()) + (
-            REGIME_PARAMS if regimes_on(self.params) else ()) + attention_param_names(self.params)
+        names = PARAM_NAMES + gemm_param_names(self.params) + attention_param_names(self.params)
         out = {"params": {k: _num(self.params[k]) for k in names},
                "cv_mape": _num(self.cv_mape), "train_mape": _num(self.train_mape),
                "cv_folds": self.cv_folds, "num_records": self.num_records, "num_shapes": self.num_shapes}
@@ -273,7 +275,7 @@ def kernel_fit_from_dict(kernel: str, data, *, file: str) -> KernelFit:
     if tiles and not spec.tiled:
         raise ConfigError(file, f"{where}.params.sm_count", "the tile/wave term is for GEMMs (kernel gemm) only")
     params.update(tiles)
-    params.update(regime_params_from_dict(data["params"], file, f"{where}.params"))
+    params.update(regime_and_split_params_from_dict(data["params"], file, f"{where}.params"))
     params.update(attention_params_from_dict(kernel, data["params"], file, f"{where}.params"))
     grid = data.get("grid") or []
     if not isinstance(grid, list):

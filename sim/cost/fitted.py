@@ -54,7 +54,7 @@ import math
 from dataclasses import dataclass
 
 from sim.calib.calibration import Calibration
-from sim.calib.attention_terms import decode_split_s, prefill_efficiency, split_on
+from sim.calib.attention_terms import decode_split_s, prefill_efficiency, prefill_gqa, split_on
 from sim.calib.composition import Composition
 from sim.calib.kernel_models import KernelFit, analytic_s, roofline_s
 from sim.calib.precision import embedding_precision, gemm_precision
@@ -148,10 +148,13 @@ class FittedCost:
             nbytes = (shape.prefill_kv_tokens * self.kv_bytes_per_token_layer
                       + num_prefill_tokens * self.q_bytes_per_token_layer)
             chunks = max(1, shape.num_prefill_seqs)
+            q = num_prefill_tokens / chunks
             flops = shape.prefill_attn_pairs * self.attn_flops_per_pair_layer / prefill_efficiency(
-                self.attn, chunks, num_prefill_tokens / chunks, self.q_heads, self.head_dim)
-            parts["prefill_attention"] = L * roofline_s(self.attn, nbytes, flops, max(1, shape.num_prefill_seqs),
-                                                        math.inf)
+                self.attn, chunks, q, self.q_heads, self.head_dim, self.kv_heads)
+            extra, cta_s = prefill_gqa(self.attn, chunks, q, self.q_heads, self.kv_heads,
+                                       shape.prefill_kv_tokens * self.kv_bytes_per_token_layer)
+            parts["prefill_attention"] = L * (roofline_s(self.attn, nbytes + extra, flops,
+                                                         max(1, shape.num_prefill_seqs), math.inf) + cta_s)
         copy_bw = self.copy["bandwidth_bytes_per_s"]
         if self.elementwise is not None:
             parts["elementwise"] = (L * cal.predict("elementwise", num_tokens=m, **self.elementwise)

@@ -17,7 +17,8 @@ DECODE = {"bandwidth_bytes_per_s": 3e12, "flops_per_s": 1e15, "x_half": 0.0, "ov
           "sharpness": 2.0, "unit_s": 14e-9, "kv_block": 64.0, "split_len": 256.0, "max_splits": 32.0,
           "full_ctas": 128.0}
 PREFILL = {"bandwidth_bytes_per_s": 1.5e12, "flops_per_s": 1e15, "x_half": 20.0, "overhead_s": 12e-6,
-           "item_s": 30e-9, "sharpness": 2.0, "head_dim_half": 80.0, "q_block": 128.0, "full_q_ctas": 220.0}
+           "item_s": 30e-9, "sharpness": 2.0, "head_dim_half": 80.0, "q_block": 128.0, "full_q_ctas": 220.0,
+           "cta_s": 20e-9, "kv_reuse_len": 12.0, "max_reread": 6.0}
 TILES = GemmTiles(132)
 
 
@@ -35,7 +36,8 @@ def _decode_records() -> list[dict]:
 def _prefill_records() -> list[dict]:
     truth = KernelFit("prefill_attention", PREFILL)
     out = []
-    for n, q, (hq, hk), d in itertools.product((1, 8, 64), (16, 256, 2048, 8192), ((8, 1), (32, 8)), (64, 128, 256)):
+    for n, q, (hq, hk), d in itertools.product((1, 8, 64), (1, 16, 256, 2048, 8192), ((8, 1), (32, 8), (16, 16)),
+                                               (64, 128, 256)):
         shape = dict(num_seqs=n, query_len=q, context_len=0, num_q_heads=hq, num_kv_heads=hk, head_dim=d,
                      dtype="bf16")
         out.append({"kernel": "prefill_attention", **shape, "time_s": truth.analytic_s(**shape)})
@@ -50,11 +52,13 @@ def test_decode_fit_recovers_the_split_form_and_its_kv_tile() -> None:
     assert params["full_ctas"] == pytest.approx(128.0, rel=0.1)
 
 
-def test_prefill_fit_recovers_the_head_dim_term() -> None:
+def test_prefill_fit_recovers_the_head_dim_and_gqa_terms() -> None:
     recs = _prefill_records()
     params = fit_params("prefill_attention", recs, TILES)
     assert mape(params, "prefill_attention", recs) < 0.01
     assert params["head_dim_half"] == pytest.approx(80.0, rel=0.1)
+    assert params["cta_s"] == pytest.approx(20e-9, rel=0.1)
+    assert params["max_reread"] == pytest.approx(6.0, rel=0.15)
 
 
 def test_without_an_sm_count_the_attention_fits_keep_the_plain_form() -> None:

@@ -110,4 +110,19 @@ def test_device_gemm_tiles_from_the_device_record(sm_count, expected) -> None:
         assert tiles is None
     else:
         assert tiles == GemmTiles(expected, regimes=CUBLAS_REGIMES)
+        assert device_gemm_tiles({"name": "x", "provenance": prov}, split_k=True).split_k
     assert device_gemm_tiles(None) is None
+
+
+def test_fit_recovers_split_k() -> None:
+    """Synthetic skinny GEMMs with split-k: the fit finds the chunk length and the cap."""
+    truth = KernelFit("gemm", {**TRUE, "small_max_m": 64.0, "small_tile_m": 64.0, "small_efficiency": 1.0,
+                               "mid_max_m": 256.0, "mid_tile_m": 64.0, "mid_efficiency": 1.0,
+                               "split_k_len": 2500.0, "max_split_k": 10.0})
+    recs = [{"kernel": "gemm", "m": m, "n": n, "k": k, "dtype": "bf16", "time_s": truth.analytic_s(m=m, n=n, k=k)}
+            for n in (64, 512, 4096) for k in (256, 1024, 4096, 8192, 16384, 51200) for m in (1, 16, 128, 1024, 4096)]
+    params = fit_params("gemm", recs, GemmTiles(108, ((64, 128),), CUBLAS_REGIMES, split_k=True))
+    assert params["split_k_len"] == pytest.approx(2500.0, rel=0.05)
+    assert params["max_split_k"] == pytest.approx(10.0, rel=0.05)
+    assert mape(params, "gemm", recs) < 0.005
+    assert "split_k_len" not in fit_params("gemm", recs, GemmTiles(108, ((64, 128),), CUBLAS_REGIMES))
