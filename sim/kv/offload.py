@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from sim.kv.block_pool import ANON, BlockPool
 from sim.kv.eviction import PrefixEviction
+from sim.kv.hashing import extend_block_hashes
 from sim.kv.host_tier import HostTier, TierSpec  # noqa: F401 (re-exported: the tier itself lives there)
 from sim.kv.paged import PagedAllocator
 from sim.kv.token_budget import TokenBudget
@@ -72,6 +73,7 @@ class OffloadPagedAllocator(PagedAllocator):
         self.pool = OffloadBlockPool(num_blocks, eviction, unhashed_first, unhashed_first, tier)
         self._loading: dict[int, int] = {}  # request_id -> blocks being loaded (after its GPU hits)
         self._below: dict[int, int] = {}  # request_id -> of those, blocks read from the lower tier (a disk)
+        self._warmed: set[int] = set()  # ``warm: true``: requests whose prompt blocks were put in the tier
 
     def count_load(self, req: Request, num_blocks: int) -> tuple[float, float]:
         """Count the load ``begin_load`` started: (seconds reading the lower tier's blocks into
@@ -84,14 +86,17 @@ class OffloadPagedAllocator(PagedAllocator):
         """(blocks looked up, of which the tier holds from the first on) after the
         ``cached_tokens`` GPU hits of a fresh ``req`` (``lookup_prefix`` first: it hashed the
         blocks a lookup may reach)."""
-        B = self.block_size
+        B, warm = self.block_size, self.tier.spec.warm
         max_blocks = (req.num_tokens - 1) // B
-        own = self._own_block(req)
-        if own < max_blocks:
+        own = self._own_block(req)  # (warm: a run before this one computed them all)
+        if own < max_blocks and not (warm and req.admitted_s is None):
             max_blocks = own
         start = cached_tokens // B
         if start >= max_blocks:
             return 0, 0
+        if warm and req.request_id not in self._warmed:
+            self._warmed.add(req.request_id)
+            self.tier.warm(extend_block_hashes(req, max_blocks, B)[start:max_blocks])
         return max_blocks - start, self.tier.lookup(req.block_hashes[start:max_blocks])
 
     def hits_loading(self, req: Request, cached_tokens: int, num_blocks: int) -> bool:

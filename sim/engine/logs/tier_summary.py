@@ -40,6 +40,8 @@ def tier_summary(sc, allocator, span_s: float) -> dict | None:
         "resident_blocks_end": tier.num_resident, "peak_resident_blocks": tier.peak_resident,
         "host_memory_peak_bytes": tier.peak_resident * spec.block_bytes,
     }
+    if spec.warm:  # ``warm: true``: blocks a warm-up run would have left in the tier
+        out["blocks_warmed"] = tier.num_warmed
     if not lower or tier.lower is None:
         return out
     return _tiered(out, tier, tier.lower, B, span_s)
