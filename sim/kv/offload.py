@@ -41,6 +41,7 @@ class OffloadBlockPool(BlockPool):
         self.tier = tier
         self._reused_only = tier.spec.store_reused_only
         self.hit = bytearray(num_blocks)  # 1: the block's hash was hit since it was cached
+        self.record: list | None = None  # a list: (block, hash) of each block stored (sim validate copies them)
 
     def touch(self, block: int) -> None:
         super().touch(block)
@@ -57,6 +58,8 @@ class OffloadBlockPool(BlockPool):
         for block, h in zip(blocks, hashes):
             if h is not None and h != ANON and get(h) is None and (hit[block] or not self._reused_only):
                 keep.append(h)
+                if self.record is not None:
+                    self.record.append((block, h))
             hit[block] = 0
         if keep:
             self.tier.store(keep)
