@@ -70,6 +70,7 @@ class TierCopies:
             blocks = [b for b, _ in todo]
             out = torch.empty((len(self.caches), len(blocks), *self.caches[0].shape[1:]),
                               dtype=self.caches[0].dtype, pin_memory=self.pinned)
+            out.zero_()  # pages touched before the clock: a tier's host memory is allocated up front (vLLM's is)
             idx = torch.tensor(blocks, device=self.device, dtype=torch.long)
             self._sync()
             t0 = time.perf_counter()
@@ -108,3 +109,22 @@ class TierCopies:
         self.stores()
         if out.tier_loads:
             self.loads(out)
+
+    def reference_bytes_per_s(self, repeats: int = 20) -> float | None:
+        """One contiguous host-to-device copy of a median load's bytes, timed now (median of
+        ``repeats``): the copy rate the machine gives at this moment, to read the transfer
+        errors against (a loaded machine's copies are slower than its calibration's)."""
+        sizes = sorted(s.bytes for s in self.samples if s.direction == "load")
+        if not sizes:
+            return None
+        n = sizes[len(sizes) // 2] // self.caches[0].element_size()
+        src = torch.ones(n, dtype=self.caches[0].dtype, pin_memory=self.pinned)
+        dst = torch.empty(n, dtype=src.dtype, device=self.device)
+        times = []
+        for _ in range(repeats):
+            self._sync()
+            t0 = time.perf_counter()
+            dst.copy_(src, non_blocking=self.pinned)
+            self._sync()
+            times.append(time.perf_counter() - t0)
+        return n * src.element_size() / sorted(times)[repeats // 2]

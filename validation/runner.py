@@ -75,6 +75,7 @@ def run_lockstep(sc: Scenario, device: torch.device, model: TinyLlama | None = N
     result = sim.run()
     if copies is not None and tier_samples is not None:
         tier_samples.extend(copies.samples)
+        tier_samples.append(copies.reference_bytes_per_s())  # last: the machine's contiguous copy rate now
     return result, samples
 
 

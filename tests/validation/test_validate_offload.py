@@ -40,6 +40,7 @@ def test_lockstep_reports_the_tiers_transfer_errors(tmp_path, capsys) -> None:
         assert tt[d]["total_measured_s"] > 0 and tt[d]["bytes"] > 0
         assert tt[d]["mape"] >= abs(tt[d]["bias"]) - 1e-12  # a mean of |error| bounds the mean error
     assert tt["assumed_bandwidth_bytes_per_s"] == pytest.approx(46616300000.0)  # the calibration's host copies
+    assert tt["reference_copy_bytes_per_s"] > 0
     assert result["lockstep"]["same_decisions_as_simulator"] is True
     assert "cpu tier loads:" in capsys.readouterr().out
 
