@@ -52,6 +52,8 @@ class HostTier:
         self.num_demoted = 0  # evicted blocks handed to ``lower``
         self.num_superseded = 0  # blocks dropped because the tier above stored their hash again
         self.num_warmed = 0  # blocks put in by ``warm`` (a warm-up run before the one measured), not stores
+        self.on_write = None  # a disk tier: the engine queues each write on the drive (``on_write(seconds)``)
+        self.read_wait_s = 0.0  # a disk tier: seconds its reads waited for the drive (behind writes and reads)
 
     @property
     def num_resident(self) -> int:
@@ -88,7 +90,10 @@ class HostTier:
         if new:
             self.num_stored += new
             self.bytes_stored += new * self.spec.block_bytes
-            self.store_busy_s += self.write_s(new)
+            seconds = self.write_s(new)
+            self.store_busy_s += seconds
+            if self.on_write is not None:
+                self.on_write(seconds)
             if len(lru) > self.peak_resident:
                 self.peak_resident = len(lru)
         if demoted:  # (a hash this call evicted and stored again stays here: it is demoted once at most)

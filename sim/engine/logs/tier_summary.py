@@ -66,6 +66,7 @@ def _tiered(whole: dict, cpu, disk, B: int, span_s: float) -> dict:
              "read_busy_s": disk.load_busy_s, "read_busy_fraction": disk.load_busy_s / span_s,
              "blocks_written": disk.num_stored, "bytes_written": disk.bytes_stored,
              "write_busy_s": disk.store_busy_s, "write_busy_fraction": disk.store_busy_s / span_s,
+             "read_wait_s": disk.read_wait_s,  # reads queued behind the drive's writes and other reads
              "blocks_evicted": disk.num_evicted, "blocks_moved_up": disk.num_superseded,
              "writes_skipped_full_of_pinned": disk.num_store_skipped,
              "resident_blocks_end": disk.num_resident, "peak_resident_blocks": disk.peak_resident}
