@@ -253,7 +253,7 @@ def replica_parts(parts: EngineParts) -> EngineParts:
     """Another engine like ``parts``' (a replica of a cluster): the same model, plan, cost
     model, profile and workload, with a fresh allocator, swap space, preemptor and scheduler."""
     allocator, swap, preemptor, scheduler = engine_state(parts.sc, parts.model, parts.plan, parts.budget,
-                                                         parts.profile)
+                                                         parts.profile, parts.cal)  # (its own CPU tier, if any)
     return dataclasses.replace(parts, allocator=allocator, swap=swap, preemptor=preemptor, scheduler=scheduler)
 
 
