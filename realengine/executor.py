@@ -47,7 +47,7 @@ class StepExecutor:
     torch references on the CPU) into one buffer per layer, K and V, moved in one copy."""
 
     def __init__(self, model: TinyLlama, allocator: KVAllocator, block_size: int,
-                 swap_transfer: SwapTransfer | str = SwapTransfer.PER_BLOCK) -> None:
+                 swap_transfer: SwapTransfer | str = SwapTransfer.PER_BLOCK, tier_copies=None) -> None:
         if not allocator.block_based:
             raise ValueError("the real engine needs a block-table allocator (kv.allocator: paged)")
         self.model = model
@@ -59,6 +59,7 @@ class StepExecutor:
         self._host: dict[int, list[torch.Tensor]] = {}  # swapped KV: K and V of every layer, on the host
         self.num_steps = 0
         self.num_host_copies = 0  # host<->device copies made by swaps
+        self.tier_copies = tier_copies  # kv.offload's CPU tier (realengine/tier_copy.py): its copies, timed apart
 
     def _caches(self) -> list[torch.Tensor]:
         return [c for pair in zip(self.model.key_caches, self.model.value_caches) for c in pair]
@@ -126,6 +127,8 @@ class StepExecutor:
     def execute(self, out: SchedulerOutput) -> float:
         """Run ``out`` for real; returns measured seconds (swaps, packing and forward)."""
         sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        if self.tier_copies is not None:  # off the step, as the simulator runs them on the host link
+            self.tier_copies.step(out)
         sync()
         t0 = time.perf_counter()
         self.swaps(out)

@@ -26,8 +26,12 @@ def _check(sc) -> None:
                           "engine's KV cache is block-based); use 'paged'")
     if sc.kv.token_eviction.policy != "none":
         raise ConfigError(src, "kv.token_eviction.policy", "sim validate does not run token-level eviction; use 'none'")
-    if sc.kv.offload is not None:
-        raise ConfigError(src, "kv.offload", "sim validate does not move blocks to a CPU tier yet (#43); remove kv.offload")
+    if sc.kv.offload is not None:  # the CPU tier's blocks move for real in lockstep (realengine/tier_copy.py)
+        if isinstance(sc.kv.offload, list) and len(sc.kv.offload) > 1:
+            raise ConfigError(src, "kv.offload", "sim validate moves blocks to a CPU tier only, not to disk; "
+                              "list one tier: cpu")
+        if (sc.kv.offload[0] if isinstance(sc.kv.offload, list) else sc.kv.offload).warm:
+            raise ConfigError(src, "kv.offload.warm", "sim validate copies only blocks the run computed; set warm: false")
     if sc.engine.weight_dtype not in ("fp16", "bf16"):
         raise ConfigError(src, "engine.weight_dtype", "sim validate runs fp16 or bf16 weights")
 
@@ -124,6 +128,9 @@ def run_validate(args) -> int:
                   "is replaced by eager", file=sys.stderr)
         sc = load_scenario(args.scenario, [*overrides, "engine.profile=eager"])
     _check(sc)
+    if sc.kv.offload is not None and args.mode != "lockstep":
+        raise ConfigError(sc.source_path, "kv.offload", "sim validate moves a CPU tier's blocks in lockstep only "
+                          "(the open-loop engine has no tier): pass --mode lockstep")
     out_dir = Path(args.out) if args.out else Path("runs") / f"{safe_name(sc.name)}-validate"
     stale = prepare_out_dir(out_dir, VALIDATE_FILES, force=getattr(args, "force", False))
     device = _device(args.device)
@@ -139,9 +146,16 @@ def run_validate(args) -> int:
                     "calibration_source": sim_result.calibration_source, "model": sc.model,
                     "machine": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                     "torch_threads": threads, "calibration_drift": drift}
-    lock_samples, real_reqs, open_samples = [], None, []
+    lock_samples, real_reqs, open_samples, tier_samples = [], None, [], []
     if args.mode in ("both", "lockstep"):
-        lock_result, lock_samples = runner.run_lockstep(sc, device, model)
+        lock_result, lock_samples = runner.run_lockstep(sc, device, model, tier_samples)
+        if sc.kv.offload is not None:
+            from validation.tier_errors import transfer_errors
+
+            spec = lock_result.allocator.tier.spec
+            reference = tier_samples.pop() if tier_samples else None
+            result["tier_transfers"] = transfer_errors(tier_samples, spec.bandwidth_bytes_per_s, spec.latency_s)
+            result["tier_transfers"]["reference_copy_bytes_per_s"] = reference  # a contiguous copy, timed after the run
         result["lockstep"] = compare.step_errors(lock_samples)
         result["lockstep"]["same_decisions_as_simulator"] = (
             [s.batch for s in lock_samples] == _batches(sc))
@@ -217,6 +231,14 @@ def _print(result: dict, out_dir: Path) -> None:
             console.print(f"  (the kernel sum without the calibration's composition: MAPE "
                           f"{lock['kernel_sum']['mape']:.1%}, bias {_pct(lock['kernel_sum']['bias'])})",
                           highlight=False)
+    tt = result.get("tier_transfers")
+    for d in ("load", "store") if tt else ():
+        if tt[d]["count"]:
+            console.print(f"cpu tier {d}s: {tt[d]['count']} ({tt[d]['bytes'] / 2**20:,.1f} MiB), transfer-time MAPE "
+                          f"{tt[d]['mape']:.1%}, bias {_pct(tt[d]['bias'])}, total {_pct(tt[d]['total_rel_error'])}; "
+                          f"copied at {tt[d]['achieved_bytes_per_s'] / 1e9:.1f} GB/s (assumed "
+                          f"{tt['assumed_bandwidth_bytes_per_s'] / 1e9:.1f}; one contiguous copy now "
+                          f"{(tt.get('reference_copy_bytes_per_s') or 0) / 1e9:.1f})", highlight=False)
     ol = result.get("open_loop")
     if ol:
         t = Table(title="open loop: simulator against real engine (relative error)")

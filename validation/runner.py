@@ -24,6 +24,7 @@ import torch
 from realengine.executor import StepExecutor
 from realengine.model import TinyLlama, make_model
 from realengine.serve import ExecutorRunner, RealRun, serve
+from realengine.tier_copy import TierCopies
 from sim.calib.composition import IDLE_THRESHOLD_S
 from sim.config.scenario import Scenario
 from sim.engine.parts import build_parts
@@ -49,8 +50,11 @@ def _sample(cost, raw, out: SchedulerOutput, measured: float, idle_before_s: flo
                       idle_before_s=idle_before_s, **shape(out))
 
 
-def run_lockstep(sc: Scenario, device: torch.device, model: TinyLlama | None = None):
-    """(SimResult, [StepSample]) of the simulator with every batch also run for real."""
+def run_lockstep(sc: Scenario, device: torch.device, model: TinyLlama | None = None,
+                 tier_samples: list | None = None):
+    """(SimResult, [StepSample]) of the simulator with every batch also run for real. With
+    ``kv.offload``, the CPU tier's blocks move for real too (realengine/tier_copy.py), each
+    transfer timed apart: its TransferSamples go onto ``tier_samples``."""
     samples: list[StepSample] = []
     holder: dict = {}
 
@@ -66,8 +70,13 @@ def run_lockstep(sc: Scenario, device: torch.device, model: TinyLlama | None = N
     replay_idle_s = after_idle_replay_s(sim.cost)  # as long as the calibration measured
     raw = kernel_sum_cost(sim.cost)
     model = model or make_model(sc, device)
-    holder["executor"] = StepExecutor(model, sim.allocator, sc.kv.block_size, sc.kv.swap_transfer)
-    return sim.run(), samples
+    copies = TierCopies(model, sim.allocator) if getattr(sim.allocator, "tier", None) is not None else None
+    holder["executor"] = StepExecutor(model, sim.allocator, sc.kv.block_size, sc.kv.swap_transfer, copies)
+    result = sim.run()
+    if copies is not None and tier_samples is not None:
+        tier_samples.extend(copies.samples)
+        tier_samples.append(copies.reference_bytes_per_s())  # last: the machine's contiguous copy rate now
+    return result, samples
 
 
 def warm_up(sc: Scenario, model: TinyLlama, num_requests: int = 12) -> None:

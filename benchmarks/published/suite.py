@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sim.errors import ConfigError, read_yaml_file
+from offload_gain import GAIN_METRICS, simulate_gain  # (benchmarks/published/ is on sys.path, as for suite)
 
 HERE = Path(__file__).resolve().parent
 CASES_DIR = HERE / "cases"
 
-FAMILIES = ("step_latency", "saturated_throughput", "latency_under_load", "memory_plan")
+FAMILIES = ("step_latency", "saturated_throughput", "latency_under_load", "memory_plan", "offload_gain")
 PROFILES = ("eager", "vllm-v1", "vllm-v0", "sglang", "trtllm", "trtllm-pytorch", "compiled")  # sim/cost/profile.py
 #: How the source's harness drove the engine (sim/cost/profile.py Entrypoint): an HTTP server streaming
 #: to a benchmark client, or the engine's own API in process (trtllm-bench, LLM.generate, sgl.Engine)
@@ -72,6 +73,7 @@ METRICS: dict[str, tuple[str, Callable[..., float | None]]] = {
     "max_concurrency": ("plan", lambda plan, sc: plan.num_gpu_blocks * plan.block_size
                         / sc.engine.max_model_len),
     "kv_cache_gib": ("plan", lambda plan, sc: plan.kv_pool_bytes / (1 << 30)),
+    **GAIN_METRICS,  # "gain": the run with kv.offload against the same without it (offload_gain.py)
 }
 
 
@@ -243,6 +245,8 @@ def simulate_metric(case: Case) -> float:
 
         _, _, plan = build_plan(sc)
         value = fn(plan, sc)
+    elif kind == "gain":
+        value = simulate_gain(scenario_dict(case), str(case.path), fn)
     else:
         from sim.engine.logs.metrics import summarize
         from sim.engine.simulation import Simulation

@@ -51,6 +51,10 @@ class OffloadConfig(FrozenModel):
         "evicted", description="`evicted`: every cached block the GPU evicts; `reused`: only those hit since "
                                "they were cached (`cpu` only: a disk tier stores what the CPU tier evicts).")
     eviction: Literal["lru"] = Field("lru", description="The tier's own eviction when it is full.")
+    warm: bool = Field(
+        False, description="`cpu` only: the run is the second of two with the same requests (a benchmark that "
+                           "omits its warm-up): each request's prompt blocks are in the tier when it first looks, "
+                           "put there without link time or stores (as many as the capacity holds).")
     bandwidth_gb_per_s: pos_float("kv.offload.bandwidth_gb_per_s") | None = Field(
         None, description="`cpu`: the host link, in GB/s (unset: the calibration's `pcie_bandwidth_bytes_per_s`); "
                           f"`disk`: its reads (unset: {DISK_READ_GB_PER_S:g}, an NVMe drive's datasheet).")
@@ -66,6 +70,8 @@ class OffloadConfig(FrozenModel):
             raise ValueError("give exactly one of capacity_gb (GiB of host memory) or capacity_tokens")
         if self.tier == "disk" and self.store != "evicted":
             raise ValueError("a disk tier stores what the CPU tier evicts: store 'reused' is for tier cpu")
+        if self.tier == "disk" and self.warm:
+            raise ValueError("warm is the CPU tier's (tier cpu): a disk tier starts empty")
         if self.tier == "cpu" and self.write_bandwidth_gb_per_s is not None:
             raise ValueError("write_bandwidth_gb_per_s is a disk tier's (the host link is full duplex)")
         return self

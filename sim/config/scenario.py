@@ -82,9 +82,11 @@ def _offload_checks(sc: Scenario) -> list[tuple[str, str]]:
                  "block hashes)")]
     if sc.scheduler.policy == BatchingPolicy.STATIC:
         return [("kv.offload", "needs scheduler.policy 'continuous' or 'chunked-prefill' (not 'static')")]
-    if sc.cluster.num_replicas > 1 or sc.engine.pipeline_parallel_size > 1:
-        return [("kv.offload", "runs on one engine only so far: set cluster.num_replicas: 1 and "
-                 "engine.pipeline_parallel_size: 1")]
+    if sc.engine.pipeline_parallel_size > 1:
+        return [("kv.offload", "runs on single-stage engines only so far: set engine.pipeline_parallel_size: 1")]
+    if sc.cluster.num_replicas > 1 and sc.cluster.disaggregation is not None:
+        return [("kv.offload", "runs on replicas that prefill and decode (not disaggregated pools) so far: "
+                 "remove cluster.disaggregation")]
     return []
 
 

@@ -185,13 +185,17 @@ def host_tier(sc: Scenario, model: ModelSpec, plan: MemoryPlan, cal) -> HostTier
     """The CPU tier of ``kv.offload`` (and the disk tier below it, if listed): its size in
     blocks (checked against the host memory by build_plan), the host link of the
     calibration (``pcie_bandwidth_bytes_per_s``) unless the scenario names one, and a
-    transfer's fixed cost: one copy per layer, K and V, as a gathered swap pays (sim/kv/swap.py)."""
+    transfer's fixed cost: one copy's (PCIE_COPY_LATENCY_S). vLLM's offloading connector
+    since 0.12 lays a block out as one contiguous region across every layer (vLLM PR #27743),
+    so a load is one batch of block-sized DMA copies on a stream, whose per-copy cost is in
+    the measured copy rate; not one copy per layer, K and V, as a gathered swap pays
+    (sim/kv/swap.py): that charged a Llama-3-8B load 0.64 ms, half again the 1.3 ms its 31
+    blocks of 2 MiB take at 50 GB/s (docs/KV_OFFLOAD.md)."""
     off, *lower = offload_tiers(sc.kv.offload)
     bandwidth = off.bandwidth_gb_per_s * 1e9 if off.bandwidth_gb_per_s is not None else cal.pcie_bandwidth_bytes_per_s
-    copies = model.num_layers * (1 if model.is_mla else 2)
-    latency = off.latency_s if off.latency_s is not None else copies * PCIE_COPY_LATENCY_S
+    latency = off.latency_s if off.latency_s is not None else PCIE_COPY_LATENCY_S
     tier = HostTier(TierSpec(off.capacity_blocks(plan.block_size, plan.bytes_per_block), plan.bytes_per_block,
-                             bandwidth, latency, store_reused_only=off.store == "reused"))
+                             bandwidth, latency, store_reused_only=off.store == "reused", warm=off.warm))
     for disk in lower:
         tier.lower = HostTier(TierSpec(
             disk.capacity_blocks(plan.block_size, plan.bytes_per_block), plan.bytes_per_block,
@@ -249,7 +253,7 @@ def replica_parts(parts: EngineParts) -> EngineParts:
     """Another engine like ``parts``' (a replica of a cluster): the same model, plan, cost
     model, profile and workload, with a fresh allocator, swap space, preemptor and scheduler."""
     allocator, swap, preemptor, scheduler = engine_state(parts.sc, parts.model, parts.plan, parts.budget,
-                                                         parts.profile)
+                                                         parts.profile, parts.cal)  # (its own CPU tier, if any)
     return dataclasses.replace(parts, allocator=allocator, swap=swap, preemptor=preemptor, scheduler=scheduler)
 
 

@@ -109,7 +109,10 @@ class Simulation:
             self.scheduler.rejected = Tally(self.driver.requests.retire)
         self.env = env
         self.link = simpy.Resource(self.env, capacity=1)
-        self.disk = simpy.Resource(self.env, capacity=1)  # a disk tier's reads (sim/kv/offload.py)
+        self.disk = simpy.Resource(self.env, capacity=1)  # a disk tier's reads and writes, in order (sim/kv/offload.py)
+        lower = getattr(getattr(self.allocator, "tier", None), "lower", None)
+        if lower is not None:  # its writes (the CPU tier's demotions) queue on the drive: reads wait behind them
+            lower.on_write = lambda seconds: self.env.process(self._disk_busy(seconds))
         self._wakeup = self.env.event()
         profile = parts.profile
         self.frontend = FrontEnd(profile, parts.sc.engine.api_servers) if profile.has_frontend else None
@@ -246,14 +249,22 @@ class Simulation:
             self.env.process(self._load(req, *count(req, num_blocks)))
 
     def _load(self, req: Request, disk_s: float, seconds: float):
-        if disk_s:  # blocks on the disk tier: read into host memory first (one read at a time)
+        if disk_s:  # blocks on the disk tier: read into host memory first (after the drive's queue)
+            asked = self.env.now
             with self.disk.request() as slot:
                 yield slot
+                self.allocator.tier.lower.read_wait_s += self.env.now - asked
                 yield self.env.timeout(disk_s)
         yield from self._transfer(seconds)
         self.scheduler.finish_load(req)
         if not self._wakeup.triggered:
             self._wakeup.succeed()
+
+    def _disk_busy(self, seconds: float):
+        """A write to the disk tier: it holds the drive, after what is queued there."""
+        with self.disk.request() as slot:
+            yield slot
+            yield self.env.timeout(seconds)
 
     def done_s(self) -> float:
         """When the run's last work ended: the engine's last step or, where a front end streams

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from sim.kv.block_pool import ANON, BlockPool
 from sim.kv.eviction import PrefixEviction
+from sim.kv.hashing import extend_block_hashes
 from sim.kv.host_tier import HostTier, TierSpec  # noqa: F401 (re-exported: the tier itself lives there)
 from sim.kv.paged import PagedAllocator
 from sim.kv.token_budget import TokenBudget
@@ -40,6 +41,7 @@ class OffloadBlockPool(BlockPool):
         self.tier = tier
         self._reused_only = tier.spec.store_reused_only
         self.hit = bytearray(num_blocks)  # 1: the block's hash was hit since it was cached
+        self.record: list | None = None  # a list: (block, hash) of each block stored (sim validate copies them)
 
     def touch(self, block: int) -> None:
         super().touch(block)
@@ -56,6 +58,8 @@ class OffloadBlockPool(BlockPool):
         for block, h in zip(blocks, hashes):
             if h is not None and h != ANON and get(h) is None and (hit[block] or not self._reused_only):
                 keep.append(h)
+                if self.record is not None:
+                    self.record.append((block, h))
             hit[block] = 0
         if keep:
             self.tier.store(keep)
@@ -72,6 +76,7 @@ class OffloadPagedAllocator(PagedAllocator):
         self.pool = OffloadBlockPool(num_blocks, eviction, unhashed_first, unhashed_first, tier)
         self._loading: dict[int, int] = {}  # request_id -> blocks being loaded (after its GPU hits)
         self._below: dict[int, int] = {}  # request_id -> of those, blocks read from the lower tier (a disk)
+        self._warmed: set[int] = set()  # ``warm: true``: requests whose prompt blocks were put in the tier
 
     def count_load(self, req: Request, num_blocks: int) -> tuple[float, float]:
         """Count the load ``begin_load`` started: (seconds reading the lower tier's blocks into
@@ -84,14 +89,17 @@ class OffloadPagedAllocator(PagedAllocator):
         """(blocks looked up, of which the tier holds from the first on) after the
         ``cached_tokens`` GPU hits of a fresh ``req`` (``lookup_prefix`` first: it hashed the
         blocks a lookup may reach)."""
-        B = self.block_size
+        B, warm = self.block_size, self.tier.spec.warm
         max_blocks = (req.num_tokens - 1) // B
-        own = self._own_block(req)
-        if own < max_blocks:
+        own = self._own_block(req)  # (warm: a run before this one computed them all)
+        if own < max_blocks and not (warm and req.admitted_s is None):
             max_blocks = own
         start = cached_tokens // B
         if start >= max_blocks:
             return 0, 0
+        if warm and req.request_id not in self._warmed:
+            self._warmed.add(req.request_id)
+            self.tier.warm(extend_block_hashes(req, max_blocks, B)[start:max_blocks])
         return max_blocks - start, self.tier.lookup(req.block_hashes[start:max_blocks])
 
     def hits_loading(self, req: Request, cached_tokens: int, num_blocks: int) -> bool:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from sim.engine.cluster.tier_sums import cluster_tier_summary
 from sim.config.scenario import Scenario
 from sim.engine.logs.itl import merged
 from sim.engine.logs.metrics import frontend_note, summarize
@@ -222,6 +223,9 @@ def summarize_cluster(result: ClusterResult) -> dict:
     for key in kv:
         if key.startswith("mean_"):
             kv[key] = sum(s["kv"][key] for s in per) / len(per)
+    tiers = cluster_tier_summary(per)  # each replica's own CPU tier, summed (sim/engine/cluster/tier_sums.py)
+    if tiers is not None:
+        out["kv_offload"] = tiers
     stats = [r.allocator.prefix_cache_stats() for r in result.replicas]
     queried = sum(s.queried_tokens for s in stats)
     kv["prefix_cache_hit_rate"] = kv["prefix_cache_hit_tokens"] / queried if stats[0].enabled and queried else None

@@ -40,6 +40,8 @@ def tier_summary(sc, allocator, span_s: float) -> dict | None:
         "resident_blocks_end": tier.num_resident, "peak_resident_blocks": tier.peak_resident,
         "host_memory_peak_bytes": tier.peak_resident * spec.block_bytes,
     }
+    if spec.warm:  # ``warm: true``: blocks a warm-up run would have left in the tier
+        out["blocks_warmed"] = tier.num_warmed
     if not lower or tier.lower is None:
         return out
     return _tiered(out, tier, tier.lower, B, span_s)
@@ -64,6 +66,7 @@ def _tiered(whole: dict, cpu, disk, B: int, span_s: float) -> dict:
              "read_busy_s": disk.load_busy_s, "read_busy_fraction": disk.load_busy_s / span_s,
              "blocks_written": disk.num_stored, "bytes_written": disk.bytes_stored,
              "write_busy_s": disk.store_busy_s, "write_busy_fraction": disk.store_busy_s / span_s,
+             "read_wait_s": disk.read_wait_s,  # reads queued behind the drive's writes and other reads
              "blocks_evicted": disk.num_evicted, "blocks_moved_up": disk.num_superseded,
              "writes_skipped_full_of_pinned": disk.num_store_skipped,
              "resident_blocks_end": disk.num_resident, "peak_resident_blocks": disk.peak_resident}

@@ -136,9 +136,11 @@ class EngineStep:
                 if self.hook is not None:
                     self.hook(out)  # a real engine copies the victims' blocks out now
                 waits = (Wait(WaitKind.TRANSFER, self.runner.swap_out(out)),)
+            elif out.tier_loads and self.hook is not None:
+                self.hook(out)  # a CPU tier's loads begin (sim validate copies the blocks now)
             return Step(out, False, now, self.idle_before_s, waits)
         self.idle_before_s = math.inf if self.last_end_s is None else now - self.last_end_s
-        if self.hook is not None and (out.scheduled or out.swapped_out or out.swapped_in):
+        if self.hook is not None and (out.scheduled or out.swapped_out or out.swapped_in or out.tier_loads):
             self.hook(out)
         return Step(out, True, now, self.idle_before_s, self.runner.run(out, self.idle_before_s))
 

@@ -69,7 +69,9 @@ def test_bad_offload_values_exit_2_with_one_line(tmp_path, capsys, offload, key,
 @pytest.mark.parametrize(("change", "says"), [
     ({"kv": {"prefix_caching": False}}, "needs kv.prefix_caching: true"),
     ({"scheduler": {"policy": "static"}}, "not 'static'"),
-    ({"cluster": {"num_replicas": 2}}, "one engine only"),
+    ({"engine": {"pipeline_parallel_size": 2}}, "single-stage engines only"),
+    ({"cluster": {"disaggregation": {"prefill_replicas": 1, "decode_replicas": 1, "kv_transfer": {
+        "bandwidth_gbps": 100, "latency_s": 1e-4, "granularity": "block"}}}}, "not disaggregated pools"),
 ])
 def test_offload_needs_prefix_caching_and_one_engine(tmp_path, capsys, change, says) -> None:
     rc, err = run_with(tmp_path, capsys, kv=change.pop("kv", None), **change)
