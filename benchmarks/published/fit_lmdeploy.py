@@ -36,8 +36,15 @@ from sim.cost import collectives as coll  # noqa: E402
 from sim.cost import profile as prof  # noqa: E402
 
 STEP_GRID = [0.0, 2e-4, 4e-4, 6e-4, 8e-4, 1.0e-3, 1.2e-3, 1.5e-3]
-SEQ_GRID = [0.0, 10e-6, 20e-6, 40e-6, 60e-6, 80e-6, 120e-6]
+SEQ_GRID = [0.0, 5e-6, 10e-6, 20e-6, 30e-6, 40e-6, 60e-6]
 JITTER_GRID = [0.0, 0.5e-6, 1e-6, 1.5e-6, 2e-6, 3e-6, 4e-6, 5e-6, 6e-6, 8e-6, 10e-6]
+#: How the wait grows with the ranks, per unit of jitter; the shipped one (sim/cost/collectives.py) is
+#: ``slowest``; the others are compared on train only (``--forms``)
+FORMS = {
+    "slowest": lambda tp: sum(1.0 / k for k in range(2, tp + 1)),  # E[max of tp exponential lags] - one lag
+    "per-peer": lambda tp: float(tp - 1),  # a flag written to / read from every other rank
+    "log2": lambda tp: math.log2(tp),  # a tree of log2(tp) rounds
+}
 
 
 def _tp(case) -> int:
@@ -62,6 +69,23 @@ def host_cases(cases):
 def tp_cases(cases):
     return [c for c in cases if _tp(c) > 1 and _small_batch(c) and _dense(c) and c.runnable
             and c.family in ("step_latency", "saturated_throughput")]
+
+
+def set_form(name: str) -> None:
+    """Time the wait by form ``name`` of FORMS (this process only)."""
+    grow = FORMS[name]
+    coll.slowest_rank_wait_s = lambda tp, jitter_s=None: (
+        (coll.TP_RANK_JITTER_S if jitter_s is None else jitter_s) * (grow(tp) if tp > 1 else 0.0))
+
+
+def by_tp(cases) -> str:
+    """Signed error per TP count under the constants now set."""
+    groups: dict[int, list[float]] = {}
+    for c in cases:
+        o = run_case(c)
+        if o.signed_error is not None:
+            groups.setdefault(_tp(c), []).append(o.signed_error)
+    return ", ".join(f"TP {tp}: {len(e)} cases {100 * sum(e) / len(e):+.1f}%" for tp, e in sorted(groups.items()))
 
 
 def set_constants(step_s: float, seq_s: float, jitter_s: float) -> None:
@@ -96,6 +120,7 @@ def summary(errs: list[float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--report", action="store_true", help="score the current constants only")
+    ap.add_argument("--forms", action="store_true", help="also fit the wait's other forms (FORMS) and compare")
     args = ap.parse_args(argv)
     split = read_split()
     cases = load_cases()
@@ -117,12 +142,25 @@ def main(argv: list[str] | None = None) -> int:
             set_constants(step_s, seq_s, jitter_s)
             scored.append((loss(errors(tc)), jitter_s))
         best = (step_s, seq_s, min(scored)[1])
-        print(f"fit (train only): step_host_s {best[0]:.2e}, seq_host_s {best[1]:.2e}, TP_RANK_JITTER_S {best[2]:.2e}")
-    for label, consts in (("current", now), ("fitted", best)) if not args.report else (("current", now),):
+        print(f"fit (train only): step_host_s {best[0]:.2e}, seq_host_s {best[1]:.2e}, TP_RANK_JITTER_S {best[2]:.2e}"
+              f" (train loss {min(scored)[0]:.4f})")
+        for name in FORMS if args.forms else ():
+            set_form(name)
+            scored_f = []
+            for jitter_s in JITTER_GRID:
+                set_constants(step_s, seq_s, jitter_s)
+                scored_f.append((loss(errors(tc)), jitter_s))
+            lo, j = min(scored_f)
+            set_constants(step_s, seq_s, j)
+            print(f"  form {name}: jitter {j:.2e}, train loss {lo:.4f}; {by_tp(tc)}")
+        set_form("slowest")
+    rows = (("none (0, 0, 0)", (0.0, 0.0, 0.0)), ("current", now))
+    for label, consts in rows + ((("fitted", best),) if not args.report else ()):
         set_constants(*consts)
         for side, pool in (("train", train), ("test", test)):
             print(f"{label} {side}: lmdeploy TP1 {summary(errors(host_cases(pool)))}; "
                   f"TP small-batch dense {summary(errors(tp_cases(pool)))}")
+            print(f"  by TP: {by_tp(tp_cases(pool))}")
     return 0
 
 

@@ -229,9 +229,10 @@ _TINYGEMM_INT4 = 0.56
 
 #: LMDeploy's TurboMind: host time of its C++ persistent-batch loop per step and per sequence (request
 #: bookkeeping, stop checks, the streaming callback), fitted on the train side of LMDeploy's own A100 tables
-#: (benchmarks/published/fit_lmdeploy.py; fits.yaml group lmdeploy_host_times).
-_TURBOMIND_STEP_HOST_S = 0.8e-3
-_TURBOMIND_SEQ_HOST_S = 40e-6
+#: (benchmarks/published/fit_lmdeploy.py, 19 cases; fits.yaml group engine_host_times): the per-sequence
+#: time fits to 0 (its grid 0-60 us), the per-step one to 1.0 ms (grid 0-1.5 ms).
+_TURBOMIND_STEP_HOST_S = 1.0e-3
+_TURBOMIND_SEQ_HOST_S = 0.0
 
 # TensorRT-LLM: in-flight batching in a C++ executor (small host time per step), decode graphs,
 # overlapped scheduling, KV block reuse on, chunked context off, GUARANTEED_NO_EVICT admission.
