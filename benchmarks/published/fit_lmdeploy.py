@@ -10,8 +10,8 @@ train side of split.yaml (split.train_ids):
    ``_TURBOMIND_SEQ_HOST_S``) over the single-GPU ``lmdeploy`` cases: a one-GPU run has no all-reduce,
    so the wait below does not enter.
 2. The mean lag of a rank at an all-reduce (sim/cost/collectives.py ``TP_RANK_JITTER_S``) over the
-   tensor-parallel cases of dense models at batch <= 64 (``max_num_seqs``, and at most 64 requests a
-   run), every engine: where the
+   tensor-parallel cases of dense models at batch 1 (step latency) or <= 64 (``max_num_seqs``), at most
+   64 requests a run, every engine: where the
    slowest rank's wait is a visible share of a step. Mixture-of-experts cases are left out (gpt-fast's
    expert gather, kvsim's known MoE gap: docs/reference/fidelity.md).
 
@@ -52,9 +52,11 @@ def _tp(case) -> int:
 
 
 def _small_batch(case) -> bool:
-    """At most 64 sequences a step and 64 requests a run (a perf table's thousands are saturated runs)."""
+    """At most 64 requests a run (a perf table's thousands are saturated runs), and a batch-1 case
+    (step_latency, whatever its ``max_num_seqs``) or at most 64 sequences a step."""
     seqs = int((case.scenario.get("scheduler") or {}).get("max_num_seqs", 1 << 30))
-    return seqs <= 64 and int((case.scenario.get("workload") or {}).get("num_requests", 1 << 30)) <= 64
+    few = int((case.scenario.get("workload") or {}).get("num_requests", 1 << 30)) <= 64
+    return few and (case.family == "step_latency" or seqs <= 64)
 
 
 def _dense(case) -> bool:

@@ -43,7 +43,7 @@ VLLM_CUSTOM_ALLREDUCE = ((8, 8.0 * MiB),)
 TORCH_INTRA_NODE_ALLREDUCE = ((8, 10.0 * MiB),)
 #: Mean lag of one rank's arrival at an all-reduce (module docstring), fitted on the train side's
 #: tensor-parallel cases at batch <= 64 (benchmarks/published/fit_lmdeploy.py; fits.yaml tp_rank_jitter).
-TP_RANK_JITTER_S = 4.0e-6
+TP_RANK_JITTER_S = 1.5e-6
 
 
 def slowest_rank_wait_s(tp: int, jitter_s: float | None = None) -> float:
