@@ -28,8 +28,8 @@ from sim.workload.csvfile import MAX_CELL, MAX_CSV_BYTES  # noqa: E402
 PROFILE_DEFAULTS = {
     "scheduler.policy": lambda p: "chunked-prefill" if p.chunked_prefill else "continuous",
     "kv.prefix_caching": lambda p: "true" if p.prefix_caching else "false",
-    "kv.block_size": lambda p: "16 (the schema's)" if p.block_size is None else str(p.block_size),
-    "engine.kv_cache_free_gpu_mem_fraction": lambda p: "unset" if p.kv_free_memory_fraction is None
+    "kv.block_size": lambda p: "16" if p.block_size is None else str(p.block_size),
+    "engine.kv_cache_free_gpu_mem_fraction": lambda p: "none" if p.kv_free_memory_fraction is None
     else str(p.kv_free_memory_fraction),
 }
 
