@@ -28,6 +28,9 @@ from sim.workload.csvfile import MAX_CELL, MAX_CSV_BYTES  # noqa: E402
 PROFILE_DEFAULTS = {
     "scheduler.policy": lambda p: "chunked-prefill" if p.chunked_prefill else "continuous",
     "kv.prefix_caching": lambda p: "true" if p.prefix_caching else "false",
+    "kv.block_size": lambda p: "16" if p.block_size is None else str(p.block_size),
+    "engine.kv_cache_free_gpu_mem_fraction": lambda p: "none" if p.kv_free_memory_fraction is None
+    else str(p.kv_free_memory_fraction),
 }
 
 
@@ -73,10 +76,13 @@ Each table lists the keys of the section its heading names: `max_model_len` unde
 
 
 def _profile_table() -> str:
-    lines = ["| profile | `scheduler.policy` | `kv.prefix_caching` | `engine.pipeline_mode` |", "|---|---|---|---|"]
+    lines = ["| profile | `scheduler.policy` | `kv.prefix_caching` | `kv.block_size` | "
+             "`engine.kv_cache_free_gpu_mem_fraction` | `engine.pipeline_mode` |", "|---|---|---|---|---|---|"]
     for name, prof in PROFILES.items():
         lines.append(f"| `{name}` | `{PROFILE_DEFAULTS['scheduler.policy'](prof)}` | "
-                     f"`{PROFILE_DEFAULTS['kv.prefix_caching'](prof)}` | `{PIPELINE_MODES[name].value}` |")
+                     f"`{PROFILE_DEFAULTS['kv.prefix_caching'](prof)}` | {PROFILE_DEFAULTS['kv.block_size'](prof)} | "
+                     f"{PROFILE_DEFAULTS['engine.kv_cache_free_gpu_mem_fraction'](prof)} | "
+                     f"`{PIPELINE_MODES[name].value}` |")
     return "\n".join(lines)
 
 

@@ -59,9 +59,10 @@ class EngineConfig(_Frozen):
                          "share leaves after the weights, activations and runtime overhead).")
     kv_cache_free_gpu_mem_fraction: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = Field(
         None,  # sim/model/memory.py
-        description="TensorRT-LLM's KV sizing instead of vLLM's: the KV cache takes this share of the memory "
+        description="TensorRT-LLM's (and LMDeploy's) KV sizing instead of vLLM's: the KV cache takes this share of the memory "
                     "left free after the weights, activations and runtime (TensorRT-LLM's "
-                    "`kv_cache_free_gpu_mem_fraction`, default there 0.9; `gpu_memory_utilization` is then not "
+                    "`kv_cache_free_gpu_mem_fraction`, default there 0.9; LMDeploy's `cache_max_entry_count`, 0.8, "
+                    "the `lmdeploy` profile's default; `gpu_memory_utilization` is then not "
                     "used). Where the weights nearly fill the GPU this gives far more KV than a share of the "
                     "total: Llama-3.1-70B FP8 on one H100 holds 5.8 GiB of KV at 0.95 against 2.1 GiB under "
                     "`gpu_memory_utilization: 0.95` (`sim kv --kv-cache-free-gpu-mem-fraction F`).")

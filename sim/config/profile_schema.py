@@ -97,8 +97,10 @@ def pipeline_mode(engine) -> PipelineMode:
 
 def apply_profile_defaults(data: Any) -> Any:
     """Fill the batching defaults of the scenario's profile into a raw scenario mapping:
-    ``scheduler.policy`` (chunked-prefill where the profile chunks) and ``kv.prefix_caching``
-    (on where the profile caches prefixes and the allocator and token eviction allow it).
+    ``scheduler.policy`` (chunked-prefill where the profile chunks), ``kv.prefix_caching``
+    (on where the profile caches prefixes and the allocator and token eviction allow it), and
+    where the profile has its own (``lmdeploy``) ``kv.block_size`` and
+    ``engine.kv_cache_free_gpu_mem_fraction``.
     Keys the user set are left alone; anything malformed is left to validation. The keys
     filled go in ``profile_defaults`` (a model may still veto them: sim/engine/parts.py)."""
     if not isinstance(data, dict):
@@ -123,5 +125,14 @@ def apply_profile_defaults(data: Any) -> Any:
         if kv.get("allocator", "paged") == "paged" and not evicts:
             out["kv"] = {**kv, "prefix_caching": True}
             filled.append("kv.prefix_caching")
+    kv = out.get("kv", {})
+    if isinstance(kv, dict) and "block_size" not in kv and profile.block_size is not None:
+        out["kv"] = {**kv, "block_size": profile.block_size}
+        filled.append("kv.block_size")
+    eng = out.get("engine", {})
+    free = profile.kv_free_memory_fraction
+    if isinstance(eng, dict) and free is not None and "kv_cache_free_gpu_mem_fraction" not in eng:
+        out["engine"] = {**eng, "kv_cache_free_gpu_mem_fraction": free}
+        filled.append("engine.kv_cache_free_gpu_mem_fraction")
     out["profile_defaults"] = tuple(filled)
     return out

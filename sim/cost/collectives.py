@@ -8,7 +8,13 @@ kernel launch (sim/calib/interconnect.py), so the step's collectives are linear 
 calibration measured NCCL's times for ``tp`` GPUs and the engine sends a message of that size to
 NCCL (``Interconnect.nccl_curve``), each all-reduce takes the measured curve's time instead
 (sim/calib/allreduce_curve.py); where it measured the engine's own kernel too
-(``Interconnect.engine_curve``), the messages below the engine's bound take that curve. Pure.
+(``Interconnect.engine_curve``), the messages below the engine's bound take that curve.
+
+Beyond its kernel, each all-reduce waits for the slowest rank: the ranks reach it at times that
+vary (their launches, clocks and kernels differ a little), and the collective starts when the last
+one arrives. With each rank's lag exponential of mean ``TP_RANK_JITTER_S``, the latest of ``tp``
+lags exceeds one rank's by ``TP_RANK_JITTER_S x (H(tp) - 1)`` on average (H the harmonic number:
+0.5, 1.08, 1.72 at TP 2, 4, 8), charged on every all-reduce of a step. Pure.
 """
 
 from __future__ import annotations
@@ -35,6 +41,15 @@ VLLM_CUSTOM_ALLREDUCE = ((8, 8.0 * MiB),)
 #: torchrun ... generate.py``): one-shot below 256 KiB, two-shot up to 10 MiB (torch/csrc/distributed/c10d
 #: intra_node_comm: kTwoShotThreshBytes, kMaxDevices 8), on fully connected or hybrid-cube-mesh NVLink; NCCL above.
 TORCH_INTRA_NODE_ALLREDUCE = ((8, 10.0 * MiB),)
+#: Mean lag of one rank's arrival at an all-reduce (module docstring), fitted on the train side's
+#: tensor-parallel cases at batch <= 64 (benchmarks/published/fit_lmdeploy.py; fits.yaml tp_rank_jitter).
+TP_RANK_JITTER_S = 1.5e-6
+
+
+def slowest_rank_wait_s(tp: int, jitter_s: float | None = None) -> float:
+    """What an all-reduce over ``tp`` ranks waits for the last of them beyond one rank's own lag:
+    ``jitter_s x (H(tp) - 1)`` (module docstring; ``TP_RANK_JITTER_S`` unless given); 0.0 for one GPU."""
+    return (TP_RANK_JITTER_S if jitter_s is None else jitter_s) * sum(1.0 / k for k in range(2, tp + 1))
 
 
 def custom_allreduce_bound(max_bytes: float) -> tuple[tuple[int, float], ...]:
@@ -65,17 +80,20 @@ class Collectives(NamedTuple):
     gather_per_seq_s: float  # its seconds per row
     nccl: NcclPath | None = None
     engine: NcclPath | None = None  # the engine's own kernel's measured curve, below its ``min_bytes``
+    wait_s: float = 0.0  # each all-reduce's wait for the slowest rank (``slowest_rank_wait_s``)
 
 
 def collectives_s(collectives: Collectives, m: int, num_seqs: int) -> float:
     """Seconds of a step's tensor-parallel collectives (``build_collectives``) for m tokens."""
-    count, fixed_s, per_token_s, gather_fixed_s, gather_per_seq_s, nccl, own = collectives
+    count, fixed_s, per_token_s, gather_fixed_s, gather_per_seq_s, nccl, own, wait_s = collectives
     if nccl is not None and m * nccl.bytes_per_token >= nccl.min_bytes:
         t = count * (nccl.curve.seconds(m * nccl.bytes_per_token, nccl.seconds_per_byte, nccl.floor_s) + nccl.launch_s)
     elif own is not None and m * own.bytes_per_token < own.min_bytes:
         t = count * (own.curve.seconds(m * own.bytes_per_token, own.seconds_per_byte, own.floor_s) + own.launch_s)
     else:
         t = count * (fixed_s + m * per_token_s)
+    if wait_s > 0.0:
+        t += count * wait_s
     return t + gather_fixed_s + num_seqs * gather_per_seq_s if num_seqs > 0 else t
 
 
@@ -100,8 +118,9 @@ def build_collectives(model: ModelSpec, calibration, tp: int, act_bytes: float,
     mine = None if attention_dp else ic.engine_curve(tp)
     own = None if mine is None else NcclPath(model.hidden_size * act_bytes, mine[1], mine[0], per_byte, launch_s,
                                              ic.allreduce_latency(tp))
-    return Collectives(2 * model.num_layers + 1, fixed, per_token, gather_fixed, per_seq, nccl, own)
+    return Collectives(2 * model.num_layers + 1, fixed, per_token, gather_fixed, per_seq, nccl, own,
+                       slowest_rank_wait_s(tp))
 
 
-__all__ = ["TORCH_INTRA_NODE_ALLREDUCE", "TRTLLM_CUSTOM_ALLREDUCE", "VLLM_CUSTOM_ALLREDUCE", "Collectives", "NcclPath",
-           "build_collectives", "collectives_s", "custom_allreduce_bound"]
+__all__ = ["TORCH_INTRA_NODE_ALLREDUCE", "TP_RANK_JITTER_S", "TRTLLM_CUSTOM_ALLREDUCE", "VLLM_CUSTOM_ALLREDUCE", "Collectives", "NcclPath",
+           "build_collectives", "collectives_s", "custom_allreduce_bound", "slowest_rank_wait_s"]

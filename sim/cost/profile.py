@@ -44,6 +44,7 @@ class ProfileName(StrEnum):
     TRTLLM = "trtllm"
     TRTLLM_PYTORCH = "trtllm-pytorch"
     COMPILED = "compiled"
+    LMDEPLOY = "lmdeploy"
 
 
 class GraphMode(StrEnum):
@@ -147,6 +148,11 @@ class EngineProfile:
     #: its own all-reduce kernel's bounds, NCCL above (sim/cost/collectives.py); None: the linear form for all
     custom_allreduce_bytes: tuple[tuple[int, float], ...] | None = None
     rules: SchedulerRules = SchedulerRules()  # its scheduler's own decisions (SchedulerRules)
+    #: scenario defaults the engine sets its own way (sim/config/profile_schema.py fills them where unset):
+    #: tokens per KV block, and the KV pool as a share of the memory left free after the weights (None: vLLM's rule)
+    block_size: int | None = None
+    kv_free_memory_fraction: float | None = None
+    pads_to_captured: bool = True  # a batch runs padded up to the next captured size (False: every size as it is)
 
     @property
     def is_eager(self) -> bool:
@@ -164,6 +170,8 @@ class EngineProfile:
         """The batch sizes the engine captures graphs for (empty without graphs)."""
         if self.graph_mode is GraphMode.NONE:
             return ()
+        if not self.pads_to_captured:  # every batch up to the limit runs as it is
+            return tuple(range(1, (max_num_seqs if self.max_graph_size <= 0 else self.max_graph_size) + 1))
         rule = v0_capture_sizes if self.name == ProfileName.VLLM_V0 else vllm_capture_sizes
         sizes = rule(max_num_seqs if self.max_graph_size <= 0 else self.max_graph_size)
         if self.max_graph_size > 0:
@@ -236,6 +244,13 @@ _CHAT_TRTLLM_PYTORCH_S = 36.0e-3
 #: (rows -1.3%, +0.0%, +13.4%) with the A100's measured bandwidth_efficiency 0.79 (its calibration).
 _TINYGEMM_INT4 = 0.56
 
+#: LMDeploy's TurboMind: host time of its C++ persistent-batch loop per step and per sequence (request
+#: bookkeeping, stop checks, the streaming callback), fitted on the train side of LMDeploy's own A100 tables
+#: (benchmarks/published/fit_lmdeploy.py, 19 cases; fits.yaml group engine_host_times): the per-sequence
+#: time fits to 0 (its grid 0-60 us), the per-step one to 1.0 ms (grid 0-1.5 ms).
+_TURBOMIND_STEP_HOST_S = 1.0e-3
+_TURBOMIND_SEQ_HOST_S = 0.0
+
 # TensorRT-LLM: in-flight batching in a C++ executor (small host time per step), decode graphs,
 # overlapped scheduling, KV block reuse on, chunked context off, GUARANTEED_NO_EVICT admission.
 _TRTLLM = EngineProfile(
@@ -288,6 +303,18 @@ PROFILES: dict[str, EngineProfile] = {
     ProfileName.COMPILED: EngineProfile(
         ProfileName.COMPILED, graph_mode=GraphMode.DECODE, step_host_s=_CPP_STEP_HOST_S,
         weight_only_kernels=(("int4", _TINYGEMM_INT4),), custom_allreduce_bytes=coll.TORCH_INTRA_NODE_ALLREDUCE),
+    # LMDeploy's TurboMind engine (lmdeploy/messages.py TurbomindEngineConfig, current defaults): a C++ loop
+    # (persistent batch) launching fused kernels without CUDA graphs: its launches queue ahead of the GPU, so a
+    # step is charged as a replay (launches hidden, graph_kernel_s a kernel) at its own batch size, no padding;
+    # host work not overlapped (no async scheduling); KV blocks of cache_block_seq_len = 64 tokens, the pool
+    # cache_max_entry_count = 0.8 of the memory free after the weights (the rule since v0.2.1; before it, of the
+    # total); prefill chunked at max_prefill_token_num = 8192 tokens; enable_prefix_caching off; all-reduces on
+    # NCCL (communicator "nccl"); its api_server (Python) streams as the other servers' front ends do.
+    ProfileName.LMDEPLOY: EngineProfile(
+        ProfileName.LMDEPLOY, graph_mode=GraphMode.DECODE, step_host_s=_TURBOMIND_STEP_HOST_S,
+        seq_host_s=_TURBOMIND_SEQ_HOST_S, chunked_prefill=True, frontend_request_s=_FRONTEND_REQUEST_S,
+        frontend_token_s=_FRONTEND_TOKEN_S, custom_allreduce_bytes=(), block_size=64, kv_free_memory_fraction=0.8,
+        pads_to_captured=False),
 }
 
 #: The profile a scenario without ``engine.profile`` models: the current vLLM release.
@@ -297,5 +324,5 @@ DEFAULT_PROFILE = ProfileName.VLLM_V1
 OVERRIDABLE = tuple(f.name for f in dataclasses.fields(EngineProfile)
                     if f.name not in ("name", "uses_calibration_overhead", "chunked_prefill",
                                       "prefix_caching", "weight_only_kernels", "custom_allreduce_bytes",
-                                      "rules")
+                                      "rules", "block_size", "kv_free_memory_fraction", "pads_to_captured")
                     ) + ("custom_allreduce_max_bytes",)

@@ -8,6 +8,7 @@ import pytest
 
 from sim.calib.calibration import load_calibration
 from sim.cost.build import build_cost_model, build_profiled_cost
+from sim.cost.collectives import slowest_rank_wait_s
 from sim.cost.datasheet import DatasheetCost
 from sim.cost.fitted import FittedCost
 from sim.cost.profile import PROFILES, ProfileName
@@ -34,7 +35,7 @@ def _allreduces_s(model, cal, tp: int, m: int, seqs: int) -> float:
     act = 2
     reduce = ic.allreduce_s(m * model.hidden_size * act, tp) + cal.kernel_launch_s
     gather = ic.allgather_s(seqs * model.vocab_size * act, tp) + cal.kernel_launch_s
-    return (2 * model.num_layers + 1) * reduce + gather
+    return (2 * model.num_layers + 1) * (reduce + slowest_rank_wait_s(tp)) + gather
 
 
 def test_memory_bound_decode_at_tp_2_is_half_plus_the_all_reduces() -> None:
