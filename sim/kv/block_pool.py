@@ -76,21 +76,21 @@ class BlockPool:
             block = blocks[0]
             h = block_hash[block]
             if h is not None:
-                self._evict(blocks, [h])
+                self._evict(blocks, [h], 1)
             ref_cnt[block] = 1
             return blocks
-        hashes = [block_hash[b] for b in blocks]
-        if hashes.count(None) < count:
-            self._evict(blocks, hashes)
+        hashes = list(map(block_hash.__getitem__, blocks))
+        evicted = count - hashes.count(None)
+        if evicted:
+            self._evict(blocks, hashes, evicted)
         for block in blocks:
             ref_cnt[block] = 1
         return blocks
 
-    def _evict(self, blocks: list[int], hashes: list) -> None:
-        """The popped ``blocks`` drop the ``hashes`` they carried (None: none). Each found in
-        the map under that block leaves it (it may point at another block by now; an
-        ``ANON`` hash is in no map)."""
-        evicted = len(hashes) - hashes.count(None)
+    def _evict(self, blocks: list[int], hashes: list, evicted: int) -> None:
+        """The popped ``blocks`` drop the ``hashes`` they carried (None: none; ``evicted`` of
+        them carry one). Each found in the map under that block leaves it (it may point at
+        another block by now; an ``ANON`` hash is in no map)."""
         self.num_cached_free -= evicted
         self.num_evictions += evicted
         block_hash = self.block_hash
@@ -191,11 +191,11 @@ class BlockPool:
 
     def release(self, blocks: list[int]) -> None:
         """Drop one reference from each block, in the order given (pass tail first)."""
-        ref_cnt, block_hash = self.ref_cnt, self.block_hash
+        ref_cnt = self.ref_cnt
         for block in blocks:
             ref_cnt[block] -= 1
         freed = [block for block in blocks if not ref_cnt[block]]  # in the same order
-        hashes = [block_hash[block] for block in freed]
+        hashes = list(map(self.block_hash.__getitem__, freed))
         self.num_cached_free += len(freed) - hashes.count(None)
         self._push_hashed(freed, hashes)
 
