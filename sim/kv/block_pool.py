@@ -189,12 +189,24 @@ class BlockPool:
             for block in blocks:
                 self._free.on_cached(block)
 
-    def release(self, blocks: list[int]) -> None:
-        """Drop one reference from each block, in the order given (pass tail first)."""
+    def release(self, blocks: list[int], sole: int = 0) -> None:
+        """Drop one reference from each block, in the order given (pass tail first).
+        ``sole``: the first that many hold their last one (a request's own blocks:
+        sim/kv/paged.py's ``free``), so they are freed without looking."""
         ref_cnt = self.ref_cnt
-        for block in blocks:
-            ref_cnt[block] -= 1
-        freed = [block for block in blocks if not ref_cnt[block]]  # in the same order
+        if sole:
+            freed = blocks[:sole]
+            for block in freed:
+                ref_cnt[block] = 0
+            if sole < len(blocks):
+                rest = blocks[sole:]
+                for block in rest:
+                    ref_cnt[block] -= 1
+                freed += [block for block in rest if not ref_cnt[block]]  # in the same order
+        else:
+            for block in blocks:
+                ref_cnt[block] -= 1
+            freed = [block for block in blocks if not ref_cnt[block]]  # in the same order
         hashes = list(map(self.block_hash.__getitem__, freed))
         self.num_cached_free += len(freed) - hashes.count(None)
         self._push_hashed(freed, hashes)
