@@ -192,7 +192,10 @@ def _run(args) -> int:
 
 def _dispatch(args) -> int:
     if args.command == "run":
-        return _run(args)
+        from sim.gc_pause import fewer_collections
+
+        with fewer_collections():  # the run, its summary and its files (sim/gc_pause.py)
+            return _run(args)
     if args.command == "sweep":
         from sim.cli.sweep import run_sweep_command
 

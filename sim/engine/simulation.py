@@ -29,6 +29,7 @@ from sim.engine.parts import SessionDriver, build_parts
 from sim.engine.logs.request_log import Tally
 from sim.engine.step.engine_step import EngineStep, PredictedRunner, WaitKind
 from sim.errors import ConfigError
+from sim.gc_pause import fewer_collections
 from sim.kv.swap import SwapSpace
 from sim.model.memory import MemoryPlan
 from sim.request import Request
@@ -277,7 +278,8 @@ class Simulation:
         t0 = time.perf_counter()
         self.env.process(self._arrivals())
         self.env.process(self._engine())
-        self.env.run()
+        with fewer_collections():
+            self.env.run()
         self._retire_done()
         return SimResult(
             scenario=self.sc, plan=self.plan, calibration_name=self.cal.name,

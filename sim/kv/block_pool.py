@@ -76,21 +76,21 @@ class BlockPool:
             block = blocks[0]
             h = block_hash[block]
             if h is not None:
-                self._evict(blocks, [h])
+                self._evict(blocks, [h], 1)
             ref_cnt[block] = 1
             return blocks
-        hashes = [block_hash[b] for b in blocks]
-        if hashes.count(None) < count:
-            self._evict(blocks, hashes)
+        hashes = list(map(block_hash.__getitem__, blocks))
+        evicted = count - hashes.count(None)
+        if evicted:
+            self._evict(blocks, hashes, evicted)
         for block in blocks:
             ref_cnt[block] = 1
         return blocks
 
-    def _evict(self, blocks: list[int], hashes: list) -> None:
-        """The popped ``blocks`` drop the ``hashes`` they carried (None: none). Each found in
-        the map under that block leaves it (it may point at another block by now; an
-        ``ANON`` hash is in no map)."""
-        evicted = len(hashes) - hashes.count(None)
+    def _evict(self, blocks: list[int], hashes: list, evicted: int) -> None:
+        """The popped ``blocks`` drop the ``hashes`` they carried (None: none; ``evicted`` of
+        them carry one). Each found in the map under that block leaves it (it may point at
+        another block by now; an ``ANON`` hash is in no map)."""
         self.num_cached_free -= evicted
         self.num_evictions += evicted
         block_hash = self.block_hash
@@ -189,13 +189,25 @@ class BlockPool:
             for block in blocks:
                 self._free.on_cached(block)
 
-    def release(self, blocks: list[int]) -> None:
-        """Drop one reference from each block, in the order given (pass tail first)."""
-        ref_cnt, block_hash = self.ref_cnt, self.block_hash
-        for block in blocks:
-            ref_cnt[block] -= 1
-        freed = [block for block in blocks if not ref_cnt[block]]  # in the same order
-        hashes = [block_hash[block] for block in freed]
+    def release(self, blocks: list[int], sole: int = 0) -> None:
+        """Drop one reference from each block, in the order given (pass tail first).
+        ``sole``: the first that many hold their last one (a request's own blocks:
+        sim/kv/paged.py's ``free``), so they are freed without looking."""
+        ref_cnt = self.ref_cnt
+        if sole:
+            freed = blocks[:sole]
+            for block in freed:
+                ref_cnt[block] = 0
+            if sole < len(blocks):
+                rest = blocks[sole:]
+                for block in rest:
+                    ref_cnt[block] -= 1
+                freed += [block for block in rest if not ref_cnt[block]]  # in the same order
+        else:
+            for block in blocks:
+                ref_cnt[block] -= 1
+            freed = [block for block in blocks if not ref_cnt[block]]  # in the same order
+        hashes = list(map(self.block_hash.__getitem__, freed))
         self.num_cached_free += len(freed) - hashes.count(None)
         self._push_hashed(freed, hashes)
 

@@ -48,18 +48,6 @@ class _ListQueue:
         self._q: list[int] = list(blocks)
         self._head = 0
 
-    def _take(self, count: int) -> list[int]:
-        """The next ``count`` entries of the list (there are that many)."""
-        q = self._q
-        head = self._head
-        end = head + count
-        blocks = q[head:end]
-        if end > self.compact_after and 2 * end > len(q):  # _advance, inlined (every decode's new block)
-            del q[:end]
-            end = 0
-        self._head = end
-        return blocks
-
     def _advance(self, head: int) -> None:
         if head > self.compact_after and 2 * head > len(self._q):  # drop the popped front now and then
             del self._q[:head]
@@ -129,10 +117,20 @@ class LRUQueue(_ListQueue):
 
     def pop_many(self, count: int) -> list[int]:
         """``count`` pops, in order."""
+        if not self._num_stale:  # (every decode's new block)
+            q = self._q
+            head = self._head
+            end = head + count
+            if end > len(q):
+                raise KeyError("pop from an empty free queue")
+            blocks = q[head:end]
+            if end > self.compact_after and 2 * end > len(q):
+                del q[:end]
+                end = 0
+            self._head = end
+            return blocks
         if count > len(self):
             raise KeyError("pop from an empty free queue")
-        if not self._num_stale:
-            return self._take(count)
         q, head, stale = self._q, self._head, self._stale
         blocks = []
         while len(blocks) < count:
@@ -213,7 +211,7 @@ class UnhashedFirstLRUQueue(LRUQueue):
     def pop_many(self, count: int) -> list[int]:
         front = self._front
         if not front:
-            return super().pop_many(count)
+            return LRUQueue.pop_many(self, count)
         if count <= len(front):  # all from the front (a stack): the last pushed first
             blocks = front[:-count - 1:-1]
             del front[-count:]
@@ -259,7 +257,7 @@ class PlainQueue(_ListQueue):
         end = head + count
         if end > len(q):
             raise KeyError("pop from an empty free queue")
-        blocks = q[head:end]  # _take, inlined (every decode's new block)
+        blocks = q[head:end]  # (every decode's new block)
         if end > self.compact_after and 2 * end > len(q):
             del q[:end]
             end = 0

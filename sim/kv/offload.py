@@ -51,8 +51,8 @@ class OffloadBlockPool(BlockPool):
         super().drop_hash(block)
         self.hit[block] = 0  # its content is never findable: a later hash starts unhit
 
-    def _evict(self, blocks: list[int], hashes: list) -> None:
-        super()._evict(blocks, hashes)
+    def _evict(self, blocks: list[int], hashes: list, evicted: int) -> None:
+        super()._evict(blocks, hashes, evicted)
         hit, get = self.hit, self._cached.get
         keep = []
         for block, h in zip(blocks, hashes):

@@ -216,8 +216,13 @@ class PagedAllocator:
         req.slot_room = 0
         if table:
             if self._defer and req.own_from is not None:
+                # Its own blocks (from own_from's on) were taken fresh and found by no lookup
+                # (none had a hash): it holds their only reference.
+                sole = len(table) - req.own_from // self.block_size
                 self._cache_own_blocks(req, table, done, hashed_tokens)
-            elif hashed_tokens is not None and self.prefix_caching:
+                self.pool.release(table[::-1], sole if sole > 0 else 0)  # tail first
+                return
+            if hashed_tokens is not None and self.prefix_caching:
                 pool = self.pool
                 for block in table[hashed_tokens // self.block_size:done]:
                     if pool.ref_cnt[block] == 1:

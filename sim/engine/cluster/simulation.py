@@ -51,6 +51,7 @@ from sim.engine.cluster.router import Router
 from sim.engine.cluster.replica import Replica
 from sim.engine.simulation import SimResult
 from sim.errors import ConfigError
+from sim.gc_pause import fewer_collections
 from sim.request import Request
 from sim.workload.generate import SessionSpec
 
@@ -189,7 +190,8 @@ class ClusterSimulation:
         for replica in self.replicas:
             replica.progress = self.replica_progress if self.progress is not None else None
             self.env.process(replica._engine())
-        self.env.run()
+        with fewer_collections():
+            self.env.run()
         end = max([self.env.now] + [r.done_s() for r in self.replicas])  # incl. front ends' backlogs
         return ClusterResult(self.sc, self.requests, self.replica_of, [r.result(end) for r in self.replicas],
                              self.router, sim_wall_s=time.perf_counter() - t0, end_s=end,

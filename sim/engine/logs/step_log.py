@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import tempfile
 from array import array
+from struct import error as _PackError, pack as _pack
 from collections.abc import Iterator
 
 import numpy as np
@@ -127,13 +128,22 @@ class StepLog:
     def append_rows(self, doubles: list, counts: list) -> None:
         """Several rows at once: ``doubles`` holds 3 floats a row (now, duration, swap bytes),
         ``counts`` 14 integers a row, both in COLUMNS order (macro-steps)."""
-        counts = counts if type(counts) is list else list(counts)  # fromlist: twice extend's speed
+        # struct.pack converts a list of numbers 1.5-2.5x faster than array.fromlist (whose
+        # per-item conversion parses arguments), into the same machine values
+        c = self._c
         try:
-            self._c.fromlist(counts)
-        except OverflowError:  # a pool of 2**31 slots or more: 64-bit counts from now on
-            self._c = array("q", self._c[:14 * (len(self._f) // 3)])
-            self._c.fromlist(counts)
-        self._f.fromlist(doubles if type(doubles) is list else list(doubles))
+            c.frombytes(_pack(f"{len(counts)}{c.typecode}", *counts))
+        except _PackError:  # out of range (or not integers): the array's own conversion says which
+            counts = counts if type(counts) is list else list(counts)
+            try:
+                c.fromlist(counts)
+            except OverflowError:  # a pool of 2**31 slots or more: 64-bit counts from now on
+                self._c = array("q", c[:14 * (len(self._f) // 3)])
+                self._c.fromlist(counts)
+        try:
+            self._f.frombytes(_pack(f"{len(doubles)}d", *doubles))
+        except _PackError:
+            self._f.fromlist(doubles if type(doubles) is list else list(doubles))
         if len(self._f) >= 3 * SPILL_ROWS:
             self._write_out()
 

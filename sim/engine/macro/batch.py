@@ -46,9 +46,14 @@ class DecodeBatch:
         self.quick = quick = [not hashes(r) for r in reqs]
         self.ring = all(quick)
         self.cross = cross = Ring(B) if self.ring else Buckets()
+        #: (Ring) step -> how much less than ``B`` the crossings at that step add to
+        #: ``min(held, final)``: a slot's last block, which holds fewer than B of its tokens.
+        self.short: dict[int, int] = {}
         for i, r in enumerate(reqs):
             room = r.slot_room - cb[i]
             cross.add(i, room if room > 0 else 0, 0)
+            if self.ring:
+                self._last_block(helds[i], finals[i], room if room > 0 else 0)
         fin: dict[int, list[int]] = {}  # step -> slots whose last token it computes
         for i, r in enumerate(reqs):
             fin.setdefault(r.num_output_tokens - gb[i] - 1, []).append(i)
@@ -70,14 +75,13 @@ class DecodeBatch:
         cb, finals, tbls, B = self.cb, self.finals, self.tbls, self.B
         s_minhf = self.s_minhf
         if self.ring:  # one block each, one pop for all; the room is written back at the end
-            for s, block in zip(slots, self.pop_free_many(len(slots))):
-                table = tbls[s]
-                f = finals[s] - len(table) * B  # final - held before
-                table.append(block)
-                if f > 0:  # min(held, final) grew, by min(B, final - held before)
-                    s_minhf += B if B < f else f
-            self.s_held += B * len(slots)
-            self.num_free -= len(slots)
+            m = len(slots)
+            for s, block in zip(slots, self.pop_free_many(m)):
+                tbls[s].append(block)
+            # min(held, final) grew by min(B, final - held before): B but at a slot's last block
+            s_minhf += B * m - self.short.pop(k, 0)
+            self.s_held += B * m
+            self.num_free -= m
         else:
             reqs, gb, allocate, add, quick = self.reqs, self.gb, self.alloc.decode_slot, self.cross.add, self.quick
             s_held = self.s_held
@@ -141,8 +145,24 @@ class DecodeBatch:
             self.n += 1
             room = req.slot_room - computed
             self.cross.add(s, k + 1 + (room if room > 0 else 0), k + 1)
+            if self.ring:
+                self._last_block(held, final, k + 1 + (room if room > 0 else 0))
             self.fin.setdefault(req.num_output_tokens - generated + k, []).append(s)
         return partial
+
+    def _last_block(self, held: int, final: int, first: int) -> None:
+        """(Ring) A slot holding ``held`` slots of its ``final`` tokens crosses first at step
+        ``first``, then every ``B`` steps, a block each, until it holds the ``final - 1`` slots
+        its last step needs: note the step of the crossing that takes its last block and how
+        much short of ``B`` it adds to ``min(held, final)`` (each crossing adds
+        ``min(B, final - held before)``)."""
+        if held < final - 1:  # (its last token is sampled, never computed: it needs final - 1 slots)
+            B = self.B
+            n = -(-(final - 1 - held) // B)  # crossings left
+            short = held + n * B - final
+            if short > 0:
+                step = first + (n - 1) * B
+                self.short[step] = self.short.get(step, 0) + short
 
     def _add_sums(self, held: int, computed: int, final: int) -> None:
         self.s_held += held

@@ -38,6 +38,20 @@ def test_counts_past_32_bits_widen_the_log_and_keep_every_value() -> None:
     assert log.array()["kv_token_slots"].tolist()[3] == big
 
 
+def test_rows_appended_at_once_keep_every_value_and_widen_when_one_needs_it() -> None:
+    """``append_rows`` (macro-steps' batches of rows, packed with struct) keeps each value as given."""
+    width = len(COLUMNS) - 3
+    rows = [(0.1 * i, 1 / 3, 2.0**53 if i == 2 else 4096.0 * i, *range(i - 5, i - 5 + width)) for i in range(6)]
+    rows[4] = (*rows[4][:3], 2**35, *rows[4][4:])  # past 32 bits in the middle of a batch
+    expected = [(t, d, *counts[:8], int(swap), *counts[8:]) for t, d, swap, *counts in rows]  # COLUMNS order
+    batch = StepLog()
+    batch.append_rows([v for r in rows[:3] for v in r[:3]], [v for r in rows[:3] for v in r[3:]])
+    batch.append_rows(tuple(v for r in rows[3:] for v in r[:3]), tuple(v for r in rows[3:] for v in r[3:]))
+    got = batch.rows[:]
+    assert got == expected and [type(v) for v in got[4]] == [type(v) for v in expected[4]]
+    assert batch.array()["num_seqs"].tolist() == [-5, -4, -3, -2, 2**35, 0]
+
+
 def test_an_empty_log_has_empty_columns() -> None:
     cols = StepLog().array()
     assert all(v.size == 0 for v in cols.values()) and StepLog().sample_indices(10).size == 0
