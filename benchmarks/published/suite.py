@@ -30,7 +30,10 @@ PROFILES = ("eager", "vllm-v1", "vllm-v0", "sglang", "trtllm", "trtllm-pytorch",
 #: to a benchmark client, or the engine's own API in process (trtllm-bench, LLM.generate, sgl.Engine)
 ENTRYPOINTS = ("api-server", "offline", "chat")
 #: Capabilities kvsim lacks (issue #15 after tensor parallelism): such cases are listed, not run.
-REQUIRES = ("pipeline_parallel", "replicas", "disaggregation")
+#: no_gpu_p2p: tensor-parallel GPUs without peer-to-peer access (vLLM logs "Custom allreduce is
+#: disabled because your platform lacks GPU P2P capability"): NCCL stages the all-reduces through
+#: host memory, which no calibration's interconnect times (issue #41).
+REQUIRES = ("pipeline_parallel", "replicas", "disaggregation", "no_gpu_p2p")
 
 #: Optional engine keys a case states at its top level; the runner copies them into scenario.engine
 #: where the schema has them (scenario_dict), so the same cases run on trees before and after a key
