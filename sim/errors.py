@@ -23,6 +23,10 @@ class ConfigError(Exception):
         self.key = key
         self.message = message
 
+    def __reduce__(self):
+        # rebuilt from its three parts, so it crosses a process pool (run.py --jobs 2) intact
+        return (type(self), (self.file, self.key, self.message))
+
 
 def cli_exit_code(command: Callable[[], int]) -> int:
     """Run one CLI command: bad input ends in one ``error: ...`` line on stderr and status
