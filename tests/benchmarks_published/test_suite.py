@@ -39,8 +39,16 @@ def test_enough_runnable_cases_per_family():
     need = {"step_latency": 7, "saturated_throughput": 7, "latency_under_load": 5, "memory_plan": 4}
     for fam, least in need.items():
         assert sum(c.family == fam for c in runnable) >= least, fam
-    assert sum(not c.runnable for c in CASES) <= 6
+    # listed-not-run cases stay a small share (44 TP 2 no_gpu_p2p cases since issue #41)
+    assert sum(not c.runnable for c in CASES) <= 0.05 * len(CASES)
     assert len({c.id for c in CASES}) == len(CASES)
+
+
+def test_no_gpu_p2p_cases_are_tensor_parallel():
+    """`requires: [no_gpu_p2p]` names the all-reduce path, so only a case with several GPUs may carry it."""
+    p2p = [c for c in CASES if "no_gpu_p2p" in c.requires]
+    assert p2p
+    assert all(c.scenario["engine"].get("tensor_parallel_size", 1) > 1 for c in p2p)
 
 
 def test_the_suites_profile_list_is_the_simulators():
