@@ -100,7 +100,7 @@ def _record(kernel: str, shape: dict, t) -> dict:
 
 def _time_case(kernel: str, shape: dict, device, cache: int, quick: bool):
     """The Timing of one case (microbench.timing: how each kind is timed)."""
-    host = kernel in ("copy_h2d", "copy_d2h")
+    host = kernel in ("copy_h2d", "copy_d2h", "swap_in", "swap_out")
     peak = kernel == "gemm_peak"  # compute-bound: its inputs' cache state does not matter
     copies = 1 if host or peak or kernel == "forward" else rotation_copies(input_bytes(kernel, shape), cache)
     fns = make_fns(kernel, shape, device, copies)

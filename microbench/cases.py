@@ -131,6 +131,8 @@ def _one(torch, kernel: str, s: dict, device, gen, cpu_gen):
         if kernel == "copy_h2d":
             return lambda: dev.copy_(host, non_blocking=bool(s["pinned"]))
         return lambda: host.copy_(dev, non_blocking=bool(s["pinned"]))
+    if kernel in ("swap_in", "swap_out"):
+        return _swap(torch, kernel, s, device, cuda)
     if kernel == "step":
         return _step(torch, s["num_seqs"], s["vocab_size"], device, gen)
     if kernel == "forward":
@@ -145,6 +147,32 @@ def make_fns(kernel: str, shape: dict, device, copies: int = 1) -> list:
     gen = torch.Generator(device=device).manual_seed(0)
     cpu_gen = torch.Generator().manual_seed(0)
     return [_one(torch, kernel, shape, device, gen, cpu_gen) for _ in range(max(1, copies))]
+
+
+def _swap(torch, kernel: str, s: dict, device, cuda: bool):
+    """The CPU tier's copies (realengine.tier_copy): ``num_bytes`` in blocks of ``block_bytes``
+    between a host buffer and scattered blocks of a cache twice their number (a seeded
+    shuffle: no run of consecutive blocks to copy as one slice); on CUDA through one
+    contiguous device buffer and one (pinned or pageable) host copy, as the tier does."""
+    import random  # noqa: PLC0415
+
+    from realengine.tier_copy import block_rows, gather_rows, scatter_rows  # noqa: PLC0415
+
+    n = max(1, s["num_bytes"] // s["block_bytes"])
+    blocks = random.Random(n).sample(range(2 * n), n)
+    cache = block_rows(torch.zeros((2 * n, s["block_bytes"]), dtype=torch.uint8, device=device))
+    host = torch.ones((n, s["block_bytes"]), dtype=torch.uint8, pin_memory=bool(s["pinned"]) and cuda)
+    idx = torch.tensor(blocks, dtype=torch.long, device=device)
+    pinned = bool(s["pinned"])
+    host = block_rows(host)
+    if not cuda:
+        if kernel == "swap_in":
+            return lambda: scatter_rows(cache, blocks, host, idx)
+        return lambda: gather_rows(cache, blocks, host, idx)
+    staged = torch.empty_like(host, device=device)
+    if kernel == "swap_in":
+        return lambda: scatter_rows(cache, blocks, staged.copy_(host, non_blocking=pinned), idx)
+    return lambda: (gather_rows(cache, blocks, staged, idx), host.copy_(staged, non_blocking=pinned))
 
 
 def _step(torch, num_seqs: int, vocab_size: int, device, gen):

@@ -81,6 +81,9 @@ GRIDS = {
                  (0, 0, 1, 32, 0), (0, 0, 1, 128, 0), (0, 0, 1, 256, 256), (4, 128, 1, 64, 0)),
         forward_layers=(2, 4)),
 }
+#: One layer's K or V block the swap cases copy: vLLM's 16-token block of Llama-3-8B's 8 KV heads of
+#: 128 in bf16 (and the validation scenario's 64-token blocks of its small Llama).
+SWAP_BLOCK_BYTES = 32 * KiB
 IDLE_PROBE_S = 0.05  # whole steps are also timed after this much idleness
 DEFAULT_MODELS = {"cuda": ("llama-3-8b",), "cpu": ("qwen2.5-1.5b",)}
 
@@ -130,6 +133,9 @@ def cases(models: list[ModelSpec], device_type: str, quick: bool, dtype: str = "
     pinned = (True, False) if device_type == "cuda" else (False,)
     for kernel in ("copy_h2d", "copy_d2h"):
         out += [(kernel, dict(num_bytes=b, pinned=p)) for p in pinned for b in g.host_copy_bytes]
+    for kernel in ("swap_in", "swap_out"):  # the CPU tier's block copies (realengine.tier_copy)
+        out += [(kernel, dict(num_bytes=b, block_bytes=SWAP_BLOCK_BYTES, pinned=p))
+                for p in pinned for b in g.host_copy_bytes if b >= 2 * SWAP_BLOCK_BYTES]
     seen, unique = set(), []
     for kernel, shape in out:
         key = (kernel, tuple(sorted(shape.items())))

@@ -13,6 +13,17 @@ The simulator decides what moves (its allocator and tier are the ones the execut
   host blocks into the GPU blocks the allocator gave the request (staged untimed into one host
   buffer per load, layer-major, then one scattered copy per layer and K/V).
 
+The copies move whole blocks as rows of machine words, as a real engine's block copy does
+(vLLM's ``swap_blocks``: one memcpy / DMA per block), never element by element:
+:func:`gather_rows` and :func:`scatter_rows` copy blocks as rows of the widest integer
+word dividing them (:func:`block_rows`); the CPU scatters with numpy's slice or fancy
+assignment (a memcpy per run or per block, in C) and gathers with ``index_select`` (whole
+rows); CUDA copies a run of consecutive blocks as one slice, else ``index_copy_`` /
+``index_select`` on the word rows. torch's CPU ``index_copy_`` on the bf16 cache went element by
+element (TensorIterator): about 5 GB/s here against ~30 GB/s for the row copies, which made the
+loads 3.7-7.5x slower than the host link predicts (benchmarks/RESULTS.md, #43). ``microbench
+calibrate`` times these same two functions (``swap_in`` / ``swap_out``), the tier's bandwidth.
+
 Both happen before the batch is timed (the simulator runs them off the step, on the host
 link), each timed on its own: a :class:`TransferSample` per load, and one per batch of stores
 against the link seconds the tier charged for them. The model's cache is per layer, K and V
@@ -23,6 +34,7 @@ recomputation would produce.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -41,6 +53,44 @@ class TransferSample:
     measured_s: float
 
 
+_WORDS = {8: torch.int64, 4: torch.int32, 2: torch.int16}
+
+
+def block_rows(t: torch.Tensor) -> torch.Tensor:
+    """``t`` [n, *block] (contiguous blocks) as [n, words]: each block one row of the widest
+    integer word that divides its bytes (a byte-exact view of any dtype)."""
+    flat = t.reshape(t.shape[0], math.prod(t.shape[1:]))
+    row = flat.shape[1] * t.element_size()
+    return flat.view(_WORDS.get(8 if row % 8 == 0 else row & -row, torch.uint8))
+
+
+def _run(blocks: list[int]) -> bool:
+    """Whether ``blocks`` are consecutive ascending ids (one slice of the cache)."""
+    return bool(blocks) and all(b == blocks[0] + k for k, b in enumerate(blocks))
+
+
+def scatter_rows(dst: torch.Tensor, blocks: list[int], src: torch.Tensor, idx: torch.Tensor | None = None) -> None:
+    """``dst[blocks[i]] = src[i]`` for every i: ``dst`` a cache's and ``src`` a buffer's
+    :func:`block_rows` on the same device; ``idx``: ``blocks`` as a long tensor there (CUDA)."""
+    run = _run(blocks)
+    if dst.device.type == "cpu":  # numpy: one memcpy for a run, else one row memcpy per block (in C)
+        dst.numpy()[slice(blocks[0], blocks[0] + len(blocks)) if run else blocks] = src.numpy()
+    elif run:  # consecutive blocks: one slice copy
+        dst[blocks[0]:blocks[0] + len(blocks)].copy_(src)
+    else:
+        dst.index_copy_(0, idx if idx is not None else torch.tensor(blocks, device=dst.device), src)
+
+
+def gather_rows(src: torch.Tensor, blocks: list[int], out: torch.Tensor, idx: torch.Tensor | None = None) -> None:
+    """``out[i] = src[blocks[i]]`` for every i (``src`` a cache [num_blocks, ...] or its block
+    rows, ``out`` the same shape per block): torch's ``index_select``, which copies whole
+    contiguous blocks (on CUDA a run of consecutive blocks is one slice)."""
+    if src.device.type != "cpu" and _run(blocks):
+        out.copy_(src[blocks[0]:blocks[0] + len(blocks)])
+    else:
+        torch.index_select(src, 0, idx if idx is not None else torch.tensor(blocks, device=src.device), out=out)
+
+
 class TierCopies:
     """Real copies for the simulator's CPU tier ``allocator.tier`` (an OffloadPagedAllocator)."""
 
@@ -48,6 +98,7 @@ class TierCopies:
         self.model, self.allocator, self.tier = model, allocator, allocator.tier
         self.device = model.device
         self.caches = [c for pair in zip(model.key_caches, model.value_caches) for c in pair]
+        self.rows = [block_rows(c) for c in self.caches]  # each cache's blocks as word rows
         self.pinned = self.device.type == "cuda"
         self.host: dict[int, torch.Tensor] = {}  # block hash -> [layers x (K, V), block's shape]
         self.samples: list[TransferSample] = []
@@ -72,13 +123,16 @@ class TierCopies:
                               dtype=self.caches[0].dtype, pin_memory=self.pinned)
             out.zero_()  # pages touched before the clock: a tier's host memory is allocated up front (vLLM's is)
             idx = torch.tensor(blocks, device=self.device, dtype=torch.long)
+            outs = [block_rows(layer) for layer in out]
             self._sync()
             t0 = time.perf_counter()
-            for i, cache in enumerate(self.caches):  # one gathered copy per layer, K and V
-                if self.pinned:
-                    out[i].copy_(cache.index_select(0, idx), non_blocking=True)
+            for rows, layer in zip(self.rows, outs):  # one gathered copy per layer, K and V
+                if self.pinned:  # gathered on the device, then one DMA into pinned memory
+                    staged = torch.empty_like(layer, device=self.device)
+                    gather_rows(rows, blocks, staged, idx)
+                    layer.copy_(staged, non_blocking=True)
                 else:  # the CPU: gathered straight into host memory
-                    torch.index_select(cache, 0, idx, out=out[i])
+                    gather_rows(rows, blocks, layer, idx)
             self._sync()
             measured = time.perf_counter() - t0
             for k, (_, h) in enumerate(todo):
@@ -95,11 +149,12 @@ class TierCopies:
             hashes = req.block_hashes[start:start + n]
             blocks = alloc.block_tables[req.request_id][start:start + n]
             src = torch.stack([self.host[h] for h in hashes], dim=1)  # layer-major: each layer's blocks contiguous
+            srcs = [block_rows(layer) for layer in (src.pin_memory() if self.pinned else src)]
             idx = torch.tensor(blocks, device=self.device, dtype=torch.long)
             self._sync()
             t0 = time.perf_counter()
-            for i, cache in enumerate(self.caches):  # one scattered copy per layer, K and V
-                cache.index_copy_(0, idx, src[i].to(self.device, non_blocking=self.pinned))
+            for rows, layer in zip(self.rows, srcs):  # one scattered copy per layer, K and V
+                scatter_rows(rows, blocks, layer.to(self.device, non_blocking=self.pinned), idx)
             self._sync()
             measured = time.perf_counter() - t0
             self.samples.append(TransferSample("load", n, n * self.block_bytes(), self.tier.transfer_s(n), measured))

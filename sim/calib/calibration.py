@@ -131,7 +131,7 @@ class Calibration:
         """The model-form parameters of ``kernel``: fitted, or derived from the datasheet numbers."""
         if kernel in self.kernels:
             return self.kernels[kernel].params
-        host = kernel in ("copy_h2d", "copy_d2h")
+        host = kernel in ("copy_h2d", "copy_d2h", "swap_in", "swap_out")
         return {"bandwidth_bytes_per_s": self.pcie_bandwidth_bytes_per_s if host
                 else self.effective_bandwidth_bytes_per_s,
                 "flops_per_s": self.peak_flops * self.compute_eff_max, "x_half": self.compute_m_half_tokens,

@@ -52,8 +52,7 @@ RIDGE_SHARPNESS = 1.5
 Shape = dict
 
 
-def _b(s: Shape) -> int:
-    return DTYPE_BYTES[s.get("dtype", "bf16")]
+def _b(s: Shape) -> int: return DTYPE_BYTES[s.get("dtype", "bf16")]  # noqa: E704
 
 
 def _pairs(s: Shape) -> float:
@@ -115,10 +114,11 @@ KERNELS: dict[str, KernelSpec] = {
             + 3.0 * s["intermediate_size"] + 6.0 * s["hidden_size"])),  # activation; adds
     "copy_d2d": KernelSpec(("num_bytes",), axis="num_bytes", doc="device-to-device copy",
                            bytes=lambda s: 2.0 * s["num_bytes"]),
-    "copy_h2d": KernelSpec(("num_bytes", "pinned"), axis="num_bytes", doc="host-to-device copy",
-                           bytes=lambda s: float(s["num_bytes"])),
-    "copy_d2h": KernelSpec(("num_bytes", "pinned"), axis="num_bytes", doc="device-to-host copy",
-                           bytes=lambda s: float(s["num_bytes"])),
+    **{kernel: KernelSpec(fields, axis="num_bytes", doc=doc, bytes=lambda s: float(s["num_bytes"])) for kernel, fields, doc in (
+        ("copy_h2d", ("num_bytes", "pinned"), "host-to-device copy (one contiguous buffer)"),
+        ("copy_d2h", ("num_bytes", "pinned"), "device-to-host copy (one contiguous buffer)"),
+        ("swap_in", ("num_bytes", "block_bytes", "pinned"), "a host buffer into scattered cache blocks (a CPU tier's load)"),
+        ("swap_out", ("num_bytes", "block_bytes", "pinned"), "scattered cache blocks into a host buffer (a tier's store)"))},
     "step": KernelSpec(
         ("num_seqs", "vocab_size"), axis="num_seqs",
         doc="per-step host work: packing the batch's metadata (the validation engine's pack_batch), "
@@ -244,8 +244,7 @@ class KernelFit:
         return out
 
 
-def _num(v: float | None) -> float | None:
-    return None if v is None else float(f"{v:.6g}")
+def _num(v: float | None) -> float | None: return None if v is None else float(f"{v:.6g}")  # noqa: E704
 
 
 def kernel_fit_from_dict(kernel: str, data, *, file: str) -> KernelFit:

@@ -56,7 +56,7 @@ class OffloadConfig(FrozenModel):
                            "omits its warm-up): each request's prompt blocks are in the tier when it first looks, "
                            "put there without link time or stores (as many as the capacity holds).")
     bandwidth_gb_per_s: pos_float("kv.offload.bandwidth_gb_per_s") | None = Field(
-        None, description="`cpu`: the host link, in GB/s (unset: the calibration's `pcie_bandwidth_bytes_per_s`); "
+        None, description="`cpu`: the host link, in GB/s (unset: the calibration's fitted block copies `swap_in` / `swap_out`, else its `pcie_bandwidth_bytes_per_s`); "
                           f"`disk`: its reads (unset: {DISK_READ_GB_PER_S:g}, an NVMe drive's datasheet).")
     write_bandwidth_gb_per_s: pos_float("kv.offload.write_bandwidth_gb_per_s") | None = Field(
         None, description=f"`disk` only: its writes, in GB/s (unset: {DISK_WRITE_GB_PER_S:g}).")

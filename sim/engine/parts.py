@@ -184,7 +184,7 @@ def build_parts(sc: Scenario, planned: tuple | None = None) -> EngineParts:
 def host_tier(sc: Scenario, model: ModelSpec, plan: MemoryPlan, cal) -> HostTier:
     """The CPU tier of ``kv.offload`` (and the disk tier below it, if listed): its size in
     blocks (checked against the host memory by build_plan), the host link of the
-    calibration (``pcie_bandwidth_bytes_per_s``) unless the scenario names one, and a
+    calibration (swap_bandwidth: its block copies, else its host copy) unless the scenario names one, and a
     transfer's fixed cost: one copy's (PCIE_COPY_LATENCY_S). vLLM's offloading connector
     since 0.12 lays a block out as one contiguous region across every layer (vLLM PR #27743),
     so a load is one batch of block-sized DMA copies on a stream, whose per-copy cost is in
@@ -192,10 +192,11 @@ def host_tier(sc: Scenario, model: ModelSpec, plan: MemoryPlan, cal) -> HostTier
     (sim/kv/swap.py): that charged a Llama-3-8B load 0.64 ms, half again the 1.3 ms its 31
     blocks of 2 MiB take at 50 GB/s (docs/KV_OFFLOAD.md)."""
     off, *lower = offload_tiers(sc.kv.offload)
-    bandwidth = off.bandwidth_gb_per_s * 1e9 if off.bandwidth_gb_per_s is not None else cal.pcie_bandwidth_bytes_per_s
+    named = off.bandwidth_gb_per_s * 1e9 if off.bandwidth_gb_per_s is not None else None
     latency = off.latency_s if off.latency_s is not None else PCIE_COPY_LATENCY_S
     tier = HostTier(TierSpec(off.capacity_blocks(plan.block_size, plan.bytes_per_block), plan.bytes_per_block,
-                             bandwidth, latency, store_reused_only=off.store == "reused", warm=off.warm))
+                             named or swap_bandwidth(cal, "swap_in"), latency, store_reused_only=off.store == "reused",
+                             write_bandwidth_bytes_per_s=named or swap_bandwidth(cal, "swap_out"), warm=off.warm))
     for disk in lower:
         tier.lower = HostTier(TierSpec(
             disk.capacity_blocks(plan.block_size, plan.bytes_per_block), plan.bytes_per_block,
@@ -203,6 +204,14 @@ def host_tier(sc: Scenario, model: ModelSpec, plan: MemoryPlan, cal) -> HostTier
             disk.latency_s if disk.latency_s is not None else DISK_LATENCY_S,
             write_bandwidth_bytes_per_s=(disk.write_bandwidth_gb_per_s or DISK_WRITE_GB_PER_S) * 1e9, name="disk"))
     return tier
+
+
+def swap_bandwidth(cal, kernel: str) -> float:
+    """The CPU tier's copy rate one way: the calibration's fitted block-scattered copy
+    (``swap_in``: loads, ``swap_out``: stores; what the tier's copies do) where it has one,
+    else its contiguous host copy (``pcie_bandwidth_bytes_per_s``; older calibrations)."""
+    fit = cal.kernels.get(kernel)
+    return fit.params["bandwidth_bytes_per_s"] if fit is not None else cal.pcie_bandwidth_bytes_per_s
 
 
 def engine_state(sc: Scenario, model: ModelSpec, plan: MemoryPlan, budget: TokenBudget,
