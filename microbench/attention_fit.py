@@ -51,11 +51,11 @@ def _model(block: float, records: list[dict]):
         splits = np.minimum(np.maximum(1.0, c_pad / p["split_len"]), p["max_splits"])
         occ = np.minimum(1.0, n * hk * splits / p["full_ctas"])
         bw = p["bandwidth_bytes_per_s"]
-        per_byte = 1.0 / bw
         if p.get("l2_bytes", 0.0) > 0:  # attention_terms.l2_seconds_per_byte
             hit = 1.0 / (1.0 + (kv_bytes / p["l2_bytes"]) ** p["l2_sharpness"])
-            per_byte = hit / max(p["l2_bandwidth_bytes_per_s"], bw) + (1.0 - hit) / bw
-        mem = kv_bytes * per_byte / occ + q_bytes / bw
+            mem = kv_bytes * (hit / max(p["l2_bandwidth_bytes_per_s"], bw) + (1.0 - hit) / bw) / occ + q_bytes / bw
+        else:
+            mem = kv_bytes / (bw * occ) + q_bytes / bw
         comp = flops / p["flops_per_s"]
         hi, lo = np.maximum(mem, comp), np.minimum(mem, comp)
         s = p["sharpness"]

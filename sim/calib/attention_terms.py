@@ -178,7 +178,8 @@ def decode_split_s(params: dict, num_seqs: float, kv_tokens: float, num_kv_heads
     occ = min(1.0, num_seqs * num_kv_heads * splits / params["full_ctas"])
     bw = params["bandwidth_bytes_per_s"]
     kv_total = num_seqs * c_pad * kv_bytes_per_token
-    mem = kv_total * l2_seconds_per_byte(params, kv_total) / occ + q_bytes / bw
+    kv_s = kv_total * l2_seconds_per_byte(params, kv_total) / occ if l2_on(params) else kv_total / (bw * occ)
+    mem = kv_s + q_bytes / bw
     comp = num_seqs * c_pad * flops_per_kv_token / params["flops_per_s"]
     hi, lo = (mem, comp) if mem >= comp else (comp, mem)
     return (params["overhead_s"] + params["item_s"] * num_seqs + params.get("unit_s", 0.0) * num_seqs * num_kv_heads

@@ -190,3 +190,19 @@ def test_l2_term_round_trips_and_is_validated() -> None:
     with pytest.raises(ConfigError, match="for decode_attention only"):
         kernel_fit_from_dict("prefill_attention", {"params": {**BASE, "l2_bytes": 1e6, "l2_bandwidth_bytes_per_s": 1e12,
                                                               "l2_sharpness": 4.0}}, file="x.yaml")
+
+
+def test_without_the_l2_term_the_split_form_is_the_old_expression_bit_for_bit() -> None:
+    # the split-KV form as written before the L2 term (shipped files' predictions must not move)
+    def old(p, n, kv_tokens, hk, kvb, qb, fl):
+        c_pad = math.ceil(kv_tokens / n / p["kv_block"] - 1e-9) * p["kv_block"]
+        occ = min(1.0, n * hk * min(max(1.0, c_pad / p["split_len"]), p["max_splits"]) / p["full_ctas"])
+        bw = p["bandwidth_bytes_per_s"]
+        mem, comp = n * c_pad * kvb / (bw * occ) + qb / bw, n * c_pad * fl / p["flops_per_s"]
+        hi, lo = max(mem, comp), min(mem, comp)
+        return p["overhead_s"] + p["item_s"] * n + p["unit_s"] * n * hk + hi * (1.0 + (lo / hi) ** p["sharpness"]) ** (
+            1.0 / p["sharpness"])
+
+    for n, c, hk in ((1, 65536, 1), (3, 1000, 8), (77, 12345, 2), (1024, 17, 4)):
+        args = (n, n * c, hk, 2 * hk * 128 * 2, n * 2 * 4 * hk * 128 * 2, 4.0 * 4 * hk * 128)
+        assert decode_split_s(SPLIT, *args) == old(SPLIT, *args)
