@@ -1,7 +1,7 @@
 """How well kvsim's kernel forms fit NVIDIA's published kernel tables, on shapes the fit never saw.
 
     python benchmarks/aiconfigurator_fit.py [--systems h100_sxm h200_sxm ...] [--backend vllm]
-        [--kernels gemm prefill_attention decode_attention] [--split-k]
+        [--kernels gemm prefill_attention decode_attention] [--split-k] [--decode-l2]
 
 Needs the [import] extra (aiconfigurator-core, pandas, pyarrow). For each system it converts the
 tables as ``microbench import aiconfigurator`` does and reports, per kernel, the MAPE of the
@@ -16,6 +16,8 @@ analytic form (microbench.fit, the GEMM with its tile/wave term) on held-out dat
   the tables also time 32 x 32 GEMMs no model has);
 - ``--split-k``: the GEMM fitted with the split-k term (sim/calib/gemm_tiles.py; off in the shipped
   calibrations, see benchmarks/RESULTS.md);
+- ``--decode-l2``: decode attention fitted with the L2-residency term (sim/calib/attention_terms.py;
+  off in the shipped calibrations, see benchmarks/RESULTS.md);
 - ``cross-GPU``: H100 SXM's fit with its bandwidth scaled by the datasheets' HBM ratio (FLOP/s
   kept: the same die), predicting H200 SXM's measurements, against H200's own held-out figure.
 """
@@ -32,6 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import microbench.attention_fit  # noqa: E402
 from microbench.aiconfigurator import SYSTEMS, import_records  # noqa: E402
 from microbench.fit import _predict, cross_validate, fit_params  # noqa: E402
 from microbench.gemm_tiles import device_gemm_tiles  # noqa: E402
@@ -88,7 +91,9 @@ def main() -> int:
     ap.add_argument("--backend", default="vllm")
     ap.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=KERNELS)
     ap.add_argument("--split-k", action="store_true", help="fit the GEMM with the split-k term")
+    ap.add_argument("--decode-l2", action="store_true", help="fit decode attention with the L2-residency term")
     args = ap.parse_args()
+    microbench.attention_fit.DECODE_L2 = args.decode_l2
     rows, data = {}, {}
     for system in args.systems:
         t0 = time.perf_counter()

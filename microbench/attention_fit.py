@@ -24,7 +24,11 @@ _PREFILL_FREE = ("bandwidth_bytes_per_s", "flops_per_s", "x_half", "overhead_s",
                  "head_dim_half", "full_q_ctas", "cta_s", "kv_reuse_len", "max_reread")
 _FREE = ("bandwidth_bytes_per_s", "flops_per_s", "overhead_s", "item_s", "sharpness",
          "unit_s", "split_len", "max_splits", "full_ctas")
-_BOUNDS = {"head_dim_half": (1e-3, 1e5), "full_q_ctas": (1.0, 1e6), "cta_s": (1e-12, 1e-3),
+_L2_FREE = ("l2_bytes", "l2_bandwidth_bytes_per_s", "l2_sharpness")
+#: whether fit_decode_split fits the L2-residency term by default (benchmarks/RESULTS.md, 2026-12-07)
+DECODE_L2 = False
+_BOUNDS = {"l2_bytes": (1e5, 1e10), "l2_bandwidth_bytes_per_s": (1e9, 1e15), "l2_sharpness": (0.5, 50.0),
+           "head_dim_half": (1e-3, 1e5), "full_q_ctas": (1.0, 1e6), "cta_s": (1e-12, 1e-3),
            "kv_reuse_len": (1e-3, 1e7), "max_reread": (1e-3, 1e4), "unit_s": (1e-10, 1.0), "split_len": (1.0, 1e6),
            "max_splits": (1.0, 1e4), "full_ctas": (1.0, 1e6)}
 
@@ -46,7 +50,12 @@ def _model(block: float, records: list[dict]):
     def model(p: dict) -> np.ndarray:
         splits = np.minimum(np.maximum(1.0, c_pad / p["split_len"]), p["max_splits"])
         occ = np.minimum(1.0, n * hk * splits / p["full_ctas"])
-        mem = kv_bytes / (p["bandwidth_bytes_per_s"] * occ) + q_bytes / p["bandwidth_bytes_per_s"]
+        bw = p["bandwidth_bytes_per_s"]
+        if p.get("l2_bytes", 0.0) > 0:  # attention_terms.l2_seconds_per_byte
+            hit = 1.0 / (1.0 + (kv_bytes / p["l2_bytes"]) ** p["l2_sharpness"])
+            mem = kv_bytes * (hit / max(p["l2_bandwidth_bytes_per_s"], bw) + (1.0 - hit) / bw) / occ + q_bytes / bw
+        else:
+            mem = kv_bytes / (bw * occ) + q_bytes / bw
         comp = flops / p["flops_per_s"]
         hi, lo = np.maximum(mem, comp), np.minimum(mem, comp)
         s = p["sharpness"]
@@ -55,8 +64,12 @@ def _model(block: float, records: list[dict]):
     return model
 
 
-def fit_decode_split(records: list[dict], bounds: dict, f_scale: float) -> tuple[dict[str, float], float]:
-    """(parameters, robust loss) of the split-KV form on ``records``, the best KV tile of KV_BLOCKS."""
+def fit_decode_split(records: list[dict], bounds: dict, f_scale: float, l2: bool | None = None
+                     ) -> tuple[dict[str, float], float]:
+    """(parameters, robust loss) of the split-KV form on ``records``, the best KV tile of KV_BLOCKS;
+    with ``l2`` (default DECODE_L2) the L2-residency term's three parameters fitted too."""
+    l2 = DECODE_L2 if l2 is None else l2
+    free = _FREE + (_L2_FREE if l2 else ())
     from scipy.optimize import least_squares  # noqa: PLC0415
 
     t = np.array([r["time_s"] for r in records], dtype=float)
@@ -66,19 +79,21 @@ def fit_decode_split(records: list[dict], bounds: dict, f_scale: float) -> tuple
     guess = {"bandwidth_bytes_per_s": float(np.median(kv_bytes[big] / t[big])),
              "flops_per_s": float(np.max(4.0 * n * c * hq * d / t)) * 1.5 or 1e12,
              "overhead_s": float(np.min(t)) * 0.5, "item_s": float(np.min(t)) * 1e-3, "sharpness": 4.0,
-             "unit_s": float(np.min(t)) * 1e-3, "split_len": 256.0, "max_splits": 32.0, "full_ctas": 64.0}
+             "unit_s": float(np.min(t)) * 1e-3, "split_len": 256.0, "max_splits": 32.0, "full_ctas": 64.0,
+             "l2_bytes": 32e6, "l2_sharpness": 4.0}
+    guess["l2_bandwidth_bytes_per_s"] = 3.0 * guess["bandwidth_bytes_per_s"]
     all_bounds = {**bounds, **_BOUNDS}
-    lo = np.log([all_bounds[p][0] for p in _FREE])
-    hi = np.log([all_bounds[p][1] for p in _FREE])
-    x0 = np.clip(np.log([max(guess[p], 1e-30) for p in _FREE]), lo + 1e-9, hi - 1e-9)
+    lo = np.log([all_bounds[p][0] for p in free])
+    hi = np.log([all_bounds[p][1] for p in free])
+    x0 = np.clip(np.log([max(guess[p], 1e-30) for p in free]), lo + 1e-9, hi - 1e-9)
     log_t = np.log(t)
     best = None
     for block in KV_BLOCKS:
         model = _model(block, records)
-        res = least_squares(lambda lp: np.log(model(dict(zip(_FREE, np.exp(lp))))) - log_t, x0,
+        res = least_squares(lambda lp: np.log(model(dict(zip(free, np.exp(lp))))) - log_t, x0,
                             bounds=(lo, hi), loss="soft_l1", f_scale=f_scale)
         if best is None or res.cost < best[1]:
-            params = {"x_half": 0.0, "kv_block": float(block), **dict(zip(_FREE, map(float, np.exp(res.x))))}
+            params = {"x_half": 0.0, "kv_block": float(block), **dict(zip(free, map(float, np.exp(res.x))))}
             best = params, float(res.cost)
     return best
 

@@ -26,6 +26,14 @@ full_ctas / ctas, and c_pad / splits = min(c_pad, split_len) while the splits ar
 Fitted on NVIDIA's published decode-attention tables (microbench/attention_fit.py): the
 held-out error on H100 SXM under vLLM 0.24 falls from 12.7% to 6.7% (benchmarks/RESULTS.md).
 
+**Decode L2 residency** (optional, on with the split-KV term when ``l2_bytes`` > 0): the tables rerun
+one kernel on the same KV, so a launch whose KV fits the L2 reads it from there. A share
+h = 1 / (1 + (kv_total / l2_bytes)^l2_sharpness) of the KV bytes is read at ``l2_bandwidth_bytes_per_s``
+(never below the DRAM's), the rest at ``bandwidth_bytes_per_s``. On L40S under vLLM the KV reads at
+about 2.2 TB/s up to 64 MB and at 0.7 TB/s from 96 MB (its L2: 96 MB); fitted, l2_bytes 103 MB. The
+simulated step uses the form without it (``cold_l2``): there each layer's KV was last read a step
+earlier, with the weights of every layer read in between.
+
 **Prefill attention** (optional, on when ``head_dim_half`` > 0): FlashAttention's FLOP rate grows
 with the head dim (more math per tile load; head dim 64 runs at 60% of 192's on an H100), and a
 prefill with few (sequence, query head, query tile) CTAs cannot fill the SMs. Its compute term
@@ -62,6 +70,8 @@ from sim.errors import ConfigError
 from sim.model.dtypes import DTYPE_BYTES
 
 SPLIT_PARAMS = ("unit_s", "kv_block", "split_len", "max_splits", "full_ctas")
+L2_PARAMS = ("l2_bytes", "l2_bandwidth_bytes_per_s", "l2_sharpness")
+L2_LIMITS = {"l2_bytes": (1.0, 1e12), "l2_bandwidth_bytes_per_s": (1.0, 1e16), "l2_sharpness": (0.1, 1e3)}
 PREFILL_PARAMS = ("head_dim_half", "q_block", "full_q_ctas")
 GQA_PARAMS = ("cta_s", "kv_reuse_len", "max_reread")
 GQA_LIMITS = {"cta_s": (0.0, 1.0), "kv_reuse_len": (1e-6, 1e9), "max_reread": (0.0, 1e6)}
@@ -73,6 +83,29 @@ SPLIT_LIMITS = {"unit_s": (0.0, 10.0), "kv_block": (1.0, 65536.0), "split_len": 
 def split_on(params: dict) -> bool:
     """Whether ``params`` carry the split-KV occupancy term (full_ctas > 0)."""
     return params.get("full_ctas", 0.0) > 0
+
+
+def l2_on(params: dict) -> bool:
+    """Whether ``params`` carry the decode L2-residency term (l2_bytes > 0, with the split-KV term)."""
+    return split_on(params) and params.get("l2_bytes", 0.0) > 0
+
+
+def l2_seconds_per_byte(params: dict, kv_total: float) -> float:
+    """Seconds per KV byte of a launch reading ``kv_total`` bytes: 1 / bandwidth with the L2 term off,
+    else the hit share h = 1 / (1 + (kv_total / l2_bytes)^l2_sharpness) read at the L2's bandwidth
+    (never below the DRAM's) and the rest at ``bandwidth_bytes_per_s``; non-decreasing in kv_total."""
+    bw = params["bandwidth_bytes_per_s"]
+    if not l2_on(params) or kv_total <= 0:
+        return 1.0 / bw
+    hit = 1.0 / (1.0 + (kv_total / params["l2_bytes"]) ** params["l2_sharpness"])
+    return hit / max(params["l2_bandwidth_bytes_per_s"], bw) + (1.0 - hit) / bw
+
+
+def cold_l2(params: dict) -> dict:
+    """``params`` without the L2-residency term: a model's step reads each layer's KV after the
+    whole model's weights and the other layers' KV have passed through L2 (the tables rerun one
+    layer's kernel on the same KV), so the simulated step reads it at ``bandwidth_bytes_per_s``."""
+    return {k: v for k, v in params.items() if k not in L2_PARAMS}
 
 
 def prefill_on(params: dict) -> bool:
@@ -144,7 +177,9 @@ def decode_split_s(params: dict, num_seqs: float, kv_tokens: float, num_kv_heads
     splits = min(max(1.0, c_pad / params["split_len"]), params["max_splits"])
     occ = min(1.0, num_seqs * num_kv_heads * splits / params["full_ctas"])
     bw = params["bandwidth_bytes_per_s"]
-    mem = num_seqs * c_pad * kv_bytes_per_token / (bw * occ) + q_bytes / bw
+    kv_total = num_seqs * c_pad * kv_bytes_per_token
+    kv_s = kv_total * l2_seconds_per_byte(params, kv_total) / occ if l2_on(params) else kv_total / (bw * occ)
+    mem = kv_s + q_bytes / bw
     comp = num_seqs * c_pad * flops_per_kv_token / params["flops_per_s"]
     hi, lo = (mem, comp) if mem >= comp else (comp, mem)
     return (params["overhead_s"] + params["item_s"] * num_seqs + params.get("unit_s", 0.0) * num_seqs * num_kv_heads
@@ -171,7 +206,7 @@ def split_params_from_dict(raw: dict, file: str, where: str, names: tuple = SPLI
 
 def attention_param_names(params: dict) -> tuple[str, ...]:
     """The optional attention parameters ``params`` carry (written with the fit)."""
-    return ((SPLIT_PARAMS if split_on(params) else ()) + (PREFILL_PARAMS if prefill_on(params) else ())
+    return ((SPLIT_PARAMS if split_on(params) else ()) + (L2_PARAMS if l2_on(params) else ()) + (PREFILL_PARAMS if prefill_on(params) else ())
             + (GQA_PARAMS if gqa_on(params) else ()))
 
 
@@ -181,11 +216,15 @@ def attention_params_from_dict(kernel: str, raw: dict, file: str, where: str) ->
     split = split_params_from_dict(raw, file, where)
     pre = split_params_from_dict(raw, file, where, PREFILL_PARAMS, PREFILL_LIMITS, "the prefill term")
     gqa = split_params_from_dict(raw, file, where, GQA_PARAMS, GQA_LIMITS, "the GQA-packing term")
-    for term, name, key in ((split, "decode_attention", "full_ctas"), (pre, "prefill_attention", "head_dim_half"),
+    l2 = split_params_from_dict(raw, file, where, L2_PARAMS, L2_LIMITS, "the L2-residency term")
+    for term, name, key in ((split, "decode_attention", "full_ctas"), (l2, "decode_attention", "l2_bytes"), (pre, "prefill_attention", "head_dim_half"),
                             (gqa, "prefill_attention", "kv_reuse_len")):
         if term and kernel != name:
             raise ConfigError(file, f"{where}.{key}", f"the {key} term is for {name} only")
     if gqa and not pre:
         raise ConfigError(file, f"{where}.kv_reuse_len", "the GQA-packing term needs the prefill term "
                           "(" + ", ".join(PREFILL_PARAMS) + ")")
-    return split | pre | gqa
+    if l2 and not split:
+        raise ConfigError(file, f"{where}.l2_bytes", "the L2-residency term needs the split-KV term "
+                          "(" + ", ".join(SPLIT_PARAMS) + ")")
+    return split | l2 | pre | gqa

@@ -54,7 +54,7 @@ import math
 from dataclasses import dataclass
 
 from sim.calib.calibration import Calibration
-from sim.calib.attention_terms import decode_split_s, prefill_efficiency, prefill_gqa, split_on
+from sim.calib.attention_terms import cold_l2, decode_split_s, prefill_efficiency, prefill_gqa, split_on
 from sim.calib.composition import Composition
 from sim.calib.kernel_models import KernelFit, analytic_s, roofline_s
 from sim.calib.precision import embedding_precision, gemm_precision
@@ -265,7 +265,7 @@ def build_fitted_cost(model: ModelSpec, cal: Calibration, kv_dtype: KVDtype | st
         dense_ops=tuple(dense), expert_ops=tuple(experts), lm_head=(head.n, head.k), num_layers=L,
         kv_bytes_per_token_layer=kv_bytes / L, attn_flops_per_pair_layer=attn_flops_per_pair(model) / L,
         q_bytes_per_token_layer=2 * q_heads_dim * weight_dtype_bytes, other_bytes_per_token=other,
-        attn=cal.kernel_params("prefill_attention"), decode=cal.kernel_params("decode_attention"),
+        attn=cal.kernel_params("prefill_attention"), decode=cold_l2(cal.kernel_params("decode_attention")),
         kv_write=cal.kernel_params("kv_write"), copy=cal.kernel_params("copy_d2d"),
         elementwise=elementwise, other_measured_bytes_per_token=h * weight_dtype_bytes,
         composition=cal.composition, gemm_dtype=gemm_dtype, gemm_params=gemm_params, gemm_measured=measured,

@@ -119,3 +119,51 @@ def test_the_simulated_prefill_carries_the_head_dim_term() -> None:
     cm_plain = build_fitted_cost(model, dataclasses.replace(
         cal, kernels={**cal.kernels, "prefill_attention": dataclasses.replace(fit_, params=plain)}))
     assert cm_plain.step_parts(shape)["prefill_attention"] < cm.step_parts(shape)["prefill_attention"]
+
+
+def test_decode_fit_recovers_the_l2_residency_term() -> None:
+    """KV that fits a 40 MB L2 read at 9 TB/s, the rest at 3 TB/s: the fit finds the L2's size and rate."""
+    from microbench.attention_fit import fit_decode_split
+    from microbench.fit import BOUNDS, F_SCALE
+
+    truth = KernelFit("decode_attention", {**DECODE, "l2_bytes": 40e6, "l2_bandwidth_bytes_per_s": 9e12,
+                                           "l2_sharpness": 6.0})
+    recs = []
+    for n, c, (hq, hk), d in itertools.product((1, 4, 32, 256), (16, 100, 400, 1024, 2048, 8192, 65536),
+                                                ((8, 1), (32, 8)), (64, 128)):
+        shape = dict(num_seqs=n, context_len=c, num_q_heads=hq, num_kv_heads=hk, head_dim=d, block_size=16,
+                     dtype="bf16")
+        recs.append({"kernel": "decode_attention", **shape, "time_s": truth.analytic_s(**shape)})
+    params, _ = fit_decode_split(recs, BOUNDS, F_SCALE, l2=True)
+    assert mape(params, "decode_attention", recs) < 0.01
+    assert params["l2_bytes"] == pytest.approx(40e6, rel=0.15)
+    assert params["l2_bandwidth_bytes_per_s"] == pytest.approx(9e12, rel=0.15)
+    assert params["bandwidth_bytes_per_s"] == pytest.approx(3e12, rel=0.1)
+    # the form without it cannot follow the L2: several times worse on the same records
+    plain, _ = fit_decode_split(recs, BOUNDS, F_SCALE, l2=False)
+    assert "l2_bytes" not in plain and mape(plain, "decode_attention", recs) > 3 * mape(params, "decode_attention", recs)
+
+
+def test_the_simulated_step_reads_the_kv_without_the_l2_term() -> None:
+    """The tables' warm L2 stays out of a model's step: each layer's KV there is read at DRAM speed."""
+    import dataclasses
+
+    from sim.calib.attention_terms import cold_l2
+    from sim.cost.fitted import build_fitted_cost
+    from sim.cost.shape import BatchShape
+    from sim.model.hf_config import load_model
+
+    cal = load_calibration("h100-sxm@vllm")
+    fit_ = cal.kernels["decode_attention"]
+    warm = dataclasses.replace(fit_, params={**fit_.params, "l2_bytes": 1e9, "l2_bandwidth_bytes_per_s": 1e14,
+                                             "l2_sharpness": 4.0})
+    cal = dataclasses.replace(cal, kernels={**cal.kernels, "decode_attention": warm})
+    model = load_model("llama-3-8b")
+    shape = dict(num_seqs=8, context_len=4096, num_q_heads=32, num_kv_heads=8, head_dim=128, block_size=16,
+                 dtype="bf16")
+    step = BatchShape(num_seqs=8, num_prefill_tokens=0, num_decode_tokens=8, decode_kv_tokens=8 * 4096,
+                      prefill_attn_pairs=0, prefill_kv_tokens=0, num_prefill_seqs=0)
+    cold = KernelFit("decode_attention", cold_l2(warm.params)).analytic_s(**shape)
+    assert warm.analytic_s(**shape) < 0.7 * cold  # 8 x 4,096 tokens x 8 KV heads: 134 MB, in a 1 GB L2
+    assert build_fitted_cost(model, cal).step_parts(step)["decode_attention"] == pytest.approx(
+        model.num_layers * cold, rel=1e-9)

@@ -139,3 +139,70 @@ def test_prefill_term_partial_or_on_decode_is_refused() -> None:
                              file="x.yaml")
     with pytest.raises(ConfigError, match="for prefill_attention only"):
         kernel_fit_from_dict("decode_attention", {"params": PREFILL}, file="x.yaml")
+
+
+L2 = {**SPLIT, "l2_bytes": 64e6, "l2_bandwidth_bytes_per_s": 9e12, "l2_sharpness": 8.0}
+
+
+def test_l2_residency_by_hand_and_off_without_its_parameters() -> None:
+    from sim.calib.attention_terms import cold_l2, l2_on
+
+    p = {**L2, "flops_per_s": math.inf, "sharpness": math.inf}
+    # 256 sequences x 8 KV heads x 1,024 tokens: 2,048 units fill it; 1 GiB of KV, 16 x the L2
+    shape = {**SHAPE, "num_seqs": 256, "num_kv_heads": 8, "context_len": 1024}
+    kv, q = 256 * 1024 * 2 * 8 * 128 * 2, 256 * 2 * 32 * 128 * 2
+    hit = 1.0 / (1.0 + (kv / 64e6) ** 8.0)
+    want = 10e-6 + 256 * 8e-9 + 256 * 8 * 14e-9 + kv * (hit / 9e12 + (1 - hit) / 3e12) + q / 3e12
+    assert KernelFit("decode_attention", p).analytic_s(**shape) == pytest.approx(want)
+    small = {**shape, "context_len": 64}  # 64 MiB: 41% of it from the L2, at three times the DRAM's rate
+    kv_small = kv / 16
+    hit = 1.0 / (1.0 + (kv_small / 64e6) ** 8.0)
+    saved = KernelFit("decode_attention", cold_l2(p)).analytic_s(**small) - KernelFit("decode_attention", p).analytic_s(
+        **small)
+    assert hit == pytest.approx(0.408, abs=0.01) and saved == pytest.approx(kv_small * hit * (1 / 3e12 - 1 / 9e12))
+    assert l2_on(L2) and not l2_on(cold_l2(L2)) and not l2_on({**BASE, "l2_bytes": 1e6})
+    assert KernelFit("decode_attention", cold_l2(L2)).analytic_s(**small) == KernelFit(
+        "decode_attention", SPLIT).analytic_s(**small)
+    # an L2 slower than the DRAM reads at the DRAM's bandwidth, not below
+    slow = {**p, "l2_bandwidth_bytes_per_s": 1e9}
+    assert KernelFit("decode_attention", slow).analytic_s(**small) == pytest.approx(
+        KernelFit("decode_attention", cold_l2(p)).analytic_s(**small))
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 4096), c=st.integers(0, 200_000), hk=st.integers(1, 16), d=st.sampled_from([64, 128, 256]),
+       field=st.sampled_from(["num_seqs", "context_len", "num_kv_heads", "num_q_heads"]), extra=st.integers(1, 5000))
+def test_l2_term_monotone_in_every_field(n, c, hk, d, field, extra) -> None:
+    fit_ = KernelFit("decode_attention", L2)
+    shape = {**SHAPE, "num_seqs": n, "context_len": c, "num_kv_heads": hk, "num_q_heads": 4 * hk, "head_dim": d}
+    assert fit_.analytic_s(**{**shape, field: shape[field] + extra}) >= fit_.analytic_s(**shape) > 0
+
+
+def test_l2_term_round_trips_and_is_validated() -> None:
+    again = kernel_fit_from_dict("decode_attention", KernelFit("decode_attention", L2).to_dict(), file="x.yaml")
+    assert again.params == pytest.approx(L2, rel=1e-5)
+    with pytest.raises(ConfigError, match=r"params\.l2_sharpness"):
+        kernel_fit_from_dict("decode_attention", {"params": {**SPLIT, "l2_bytes": 1e6, "l2_bandwidth_bytes_per_s": 1e12}},
+                             file="x.yaml")
+    with pytest.raises(ConfigError, match=r"params\.l2_bytes: the L2-residency term needs the split-KV term"):
+        kernel_fit_from_dict("decode_attention", {"params": {**BASE, **{k: L2[k] for k in (
+            "l2_bytes", "l2_bandwidth_bytes_per_s", "l2_sharpness")}}}, file="x.yaml")
+    with pytest.raises(ConfigError, match="for decode_attention only"):
+        kernel_fit_from_dict("prefill_attention", {"params": {**BASE, "l2_bytes": 1e6, "l2_bandwidth_bytes_per_s": 1e12,
+                                                              "l2_sharpness": 4.0}}, file="x.yaml")
+
+
+def test_without_the_l2_term_the_split_form_is_the_old_expression_bit_for_bit() -> None:
+    # the split-KV form as written before the L2 term (shipped files' predictions must not move)
+    def old(p, n, kv_tokens, hk, kvb, qb, fl):
+        c_pad = math.ceil(kv_tokens / n / p["kv_block"] - 1e-9) * p["kv_block"]
+        occ = min(1.0, n * hk * min(max(1.0, c_pad / p["split_len"]), p["max_splits"]) / p["full_ctas"])
+        bw = p["bandwidth_bytes_per_s"]
+        mem, comp = n * c_pad * kvb / (bw * occ) + qb / bw, n * c_pad * fl / p["flops_per_s"]
+        hi, lo = max(mem, comp), min(mem, comp)
+        return p["overhead_s"] + p["item_s"] * n + p["unit_s"] * n * hk + hi * (1.0 + (lo / hi) ** p["sharpness"]) ** (
+            1.0 / p["sharpness"])
+
+    for n, c, hk in ((1, 65536, 1), (3, 1000, 8), (77, 12345, 2), (1024, 17, 4)):
+        args = (n, n * c, hk, 2 * hk * 128 * 2, n * 2 * 4 * hk * 128 * 2, 4.0 * 4 * hk * 128)
+        assert decode_split_s(SPLIT, *args) == old(SPLIT, *args)
