@@ -3,7 +3,7 @@ that the shipped constants are the grids' choice, not a value off their edges.""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import math
 import sys
 from pathlib import Path
@@ -14,19 +14,11 @@ from sim.cost import profile as prof
 SUITE_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "published"
 
 
-def _load(name: str):
-    if str(SUITE_DIR) not in sys.path:
-        sys.path.insert(0, str(SUITE_DIR))
-    spec = importlib.util.spec_from_file_location(name, SUITE_DIR / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fit = _load("fit_lmdeploy")
-split = _load("split")
-suite = _load("suite")
+if str(SUITE_DIR) not in sys.path:  # the suite's scripts import each other by name
+    sys.path.insert(0, str(SUITE_DIR))
+fit = importlib.import_module("fit_lmdeploy")
+split = importlib.import_module("split")
+suite = importlib.import_module("suite")
 CASES = suite.load_cases()
 SIDES = split.read_split()
 TRAIN = [c for c in CASES if SIDES.get(c.id) == "train"]
