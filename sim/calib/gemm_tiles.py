@@ -191,21 +191,30 @@ def regime_and_split_params_from_dict(raw: dict, file: str, where: str) -> dict[
     return regime_params_from_dict(raw, file, where) | split_k_params_from_dict(raw, file, where)
 
 
-def split_k_params_from_dict(raw: dict, file: str, where: str) -> dict[str, float]:
-    """The split-k parameters of a ``params`` mapping, validated: {} when absent; both together, on
-    top of the tile term."""
-    given = [name for name in SPLIT_K_PARAMS if raw.get(name) is not None]
+def _group_on_tiles(raw: dict, names: tuple, limits: dict, file: str, where: str, missing: str,
+                    missing_tiles: str) -> dict[str, float]:
+    """A term's parameters ``names`` of a ``params`` mapping, validated: {} when none is given, else
+    all of them (``missing``: the error when one is not), on top of the tile/wave term
+    (``missing_tiles``: the error without it)."""
+    given = [name for name in names if raw.get(name) is not None]
     if not given:
         return {}
     out = {}
-    for name in SPLIT_K_PARAMS:
+    for name in names:
         if name not in given:
-            raise ConfigError(file, f"{where}.{name}", "missing: split-k needs split_k_len and max_split_k together")
-        out[name] = _checked(raw[name], SPLIT_K_LIMITS[name], name, file, where)
+            raise ConfigError(file, f"{where}.{name}", missing)
+        out[name] = _checked(raw[name], limits[name], name, file, where)
     if raw.get("sm_count") is None:
-        raise ConfigError(file, f"{where}.sm_count", "missing: split-k needs the tile/wave term (sm_count, tile_m, "
-                          "tile_n)")
+        raise ConfigError(file, f"{where}.sm_count", missing_tiles)
     return out
+
+
+def split_k_params_from_dict(raw: dict, file: str, where: str) -> dict[str, float]:
+    """The split-k parameters of a ``params`` mapping, validated: {} when absent; both together, on
+    top of the tile term."""
+    return _group_on_tiles(raw, SPLIT_K_PARAMS, SPLIT_K_LIMITS, file, where,
+                           "missing: split-k needs split_k_len and max_split_k together",
+                           "missing: split-k needs the tile/wave term (sm_count, tile_m, tile_n)")
 
 
 def regime_params_from_dict(raw: dict, file: str, where: str) -> dict[str, float]:
@@ -213,18 +222,11 @@ def regime_params_from_dict(raw: dict, file: str, where: str) -> dict[str, float
 
     All six come together, on top of the tile term; ``small_max_m`` < ``mid_max_m``.
     """
-    given = [name for name in REGIME_PARAMS if raw.get(name) is not None]
-    if not given:
-        return {}
-    out = {}
-    for name in REGIME_PARAMS:
-        if name not in given:
-            raise ConfigError(file, f"{where}.{name}", "missing: the kernel regimes need "
-                              + ", ".join(REGIME_PARAMS) + " together")
-        out[name] = _checked(raw[name], REGIME_LIMITS[name], name, file, where)
-    if raw.get("sm_count") is None:
-        raise ConfigError(file, f"{where}.sm_count", "missing: the kernel regimes need the tile/wave term "
-                          "(sm_count, tile_m, tile_n)")
+    out = _group_on_tiles(raw, REGIME_PARAMS, REGIME_LIMITS, file, where,
+                          "missing: the kernel regimes need " + ", ".join(REGIME_PARAMS) + " together",
+                          "missing: the kernel regimes need the tile/wave term (sm_count, tile_m, tile_n)")
+    if not out:
+        return out
     if out["small_max_m"] >= out["mid_max_m"]:
         raise ConfigError(file, f"{where}.mid_max_m", f"must be above small_max_m ({out['small_max_m']:g}), "
                           f"got {out['mid_max_m']:g}")
