@@ -41,7 +41,8 @@ it says; so which form times an all-reduce is the engine's choice (``engine_allr
 from the run's engine profile, EngineProfile.custom_allreduce_bytes): messages below the engine's
 bound for the GPU count take the form above, larger ones the curve. On a PCIe link every
 all-reduce runs NCCL (the engines' custom kernels need NVLink peer access: TensorRT-LLM's AUTO
-falls back to NCCL without it). Without a curve for the count, or without an engine choice
+falls back to NCCL without it); so on the host-staged interconnect of GPUs without peer access
+(link ``shm``, ``engine.gpu_p2p: false``: sim/calib/host_staged.py), whatever the profile. Without a curve for the count, or without an engine choice
 (the ``eager`` profile), the form above times every size. An entry's ``engine_allreduce_curve``
 holds the engine's own kernel's measured times (``microbench import aiconfigurator`` reads them
 from the engine's custom all-reduce tables); where it is there, it times the messages below the
@@ -64,6 +65,9 @@ from sim.calib.numbers import number_in
 from sim.errors import ConfigError
 
 LINKS = ("nvlink2", "nvlink3", "nvlink4", "nvlink5", "pcie3", "pcie4", "pcie5", "xgmi")
+#: GPUs without peer access (engine.gpu_p2p: false): NCCL through host memory for every size, the
+#: engines' own kernels off (sim/calib/host_staged.py builds it; no calibration file names it)
+SHM = "shm"
 _BANDWIDTH = (1e6, 1e14)  # bytes per second: as pcie_bandwidth_bytes_per_s
 _LATENCY = (0.0, 1.0)  # seconds
 #: key -> (range, required)
@@ -130,9 +134,9 @@ class Interconnect:
         GPUs under the engine's choice (module docstring); None where the latency + bandwidth form
         times every size (no curve for the count, or no engine choice)."""
         curve = self.numbers(num_gpus).allreduce_curve
-        if curve is None or self.engine_allreduce is None:
+        if curve is None or (self.engine_allreduce is None and self.link != SHM):
             return None
-        if self.link.startswith("pcie"):
+        if self.link.startswith("pcie") or self.link == SHM:
             return curve, 0.0
         return curve, next((b for count, b in self.engine_allreduce if num_gpus <= count), 0.0)
 
@@ -141,7 +145,7 @@ class Interconnect:
         below it) over ``num_gpus`` GPUs (module docstring); None where the latency + bandwidth
         form times them (no such curve for the count, no engine kernel at the count, or a PCIe link)."""
         curve = self.numbers(num_gpus).engine_allreduce_curve
-        if curve is None or self.engine_allreduce is None or self.link.startswith("pcie"):
+        if curve is None or self.engine_allreduce is None or self.link.startswith("pcie") or self.link == SHM:
             return None
         bound = next((b for count, b in self.engine_allreduce if num_gpus <= count), 0.0)
         return (curve, bound) if bound > 0 else None
@@ -294,5 +298,5 @@ def require_p2p(cal: Any, num_stages: int) -> Interconnect | None:
     return ic
 
 
-__all__ = ["LINKS", "CountNumbers", "Interconnect", "interconnect_from_dict", "interconnect_to_dict", "require_interconnect",
+__all__ = ["LINKS", "SHM", "CountNumbers", "Interconnect", "interconnect_from_dict", "interconnect_to_dict", "require_interconnect",
            "require_p2p"]

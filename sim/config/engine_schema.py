@@ -133,6 +133,17 @@ class EngineConfig(_Frozen):
                     "schedulers with 1/pp of the blocks each; not with `cluster.num_replicas` > 1). Unset: the "
                     "profile's ([pipeline forms](../concepts/parallelism.md#pipeline-forms)).")
 
+    gpu_p2p: bool = Field(  # sim/calib/host_staged.py
+        True,
+        description="Whether the `tensor_parallel_size` GPUs reach each other's memory (NVLink, or PCIe peer "
+                    "access). `false`, as on GeForce cards and many VMs and container platforms (vLLM logs \"Custom "
+                    "allreduce is disabled because your platform lacks GPU P2P capability\"): the engine's own "
+                    "all-reduce is off and NCCL stages every all-reduce and all-gather through pinned host memory, "
+                    "timed by a measured host-staged curve scaled to the calibration's `pcie_bandwidth_bytes_per_s` "
+                    "instead of its `interconnect` (about 12 us a call, 0.31 of the host copy rate for large "
+                    "messages). Not with `pipeline_parallel_size` > 1 "
+                    "([GPUs without peer access](../concepts/parallelism.md#gpus-without-peer-access)).")
+
     @field_validator("api_servers")
     @classmethod
     def _servers_need_a_server(cls, value, info):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.calib.calibration import load_calibration
+from sim.calib.host_staged import without_p2p
 from sim.calib.interconnect import require_interconnect, require_p2p
 from sim.cost.base import CostModel
 from sim.cost.datasheet import PCIE_COPY_LATENCY_S
@@ -77,6 +78,7 @@ def build_plan(sc: Scenario):
             " 2, 4 or 8, no pipeline parallelism and a datasheet calibration (got tensor_parallel_size"
             f" {eng.tensor_parallel_size}, pipeline_parallel_size {eng.pipeline_parallel_size}, calibration"
             f" {cal.name}: {'measured' if 'gemm' in cal.kernels else 'datasheet'})"))
+    cal = without_p2p(cal, eng.gpu_p2p, eng.tensor_parallel_size, eng.pipeline_parallel_size, src)  # host-staged
     require_interconnect(cal, eng.tensor_parallel_size)  # tp > 1: the calibration must have one
     check_pipeline_parallel(model, eng.pipeline_parallel_size, src, PP_KEY)  # pipeline parallelism (#15)
     require_p2p(cal, eng.pipeline_parallel_size)  # pp > 1: stages send activations over the p2p link
