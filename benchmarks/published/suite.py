@@ -12,6 +12,7 @@ Everything goes through the project's public API: ``sim.config.scenario.parse_sc
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -29,11 +30,14 @@ PROFILES = ("eager", "vllm-v1", "vllm-v0", "sglang", "trtllm", "trtllm-pytorch",
 #: How the source's harness drove the engine (sim/cost/profile.py Entrypoint): an HTTP server streaming
 #: to a benchmark client, or the engine's own API in process (trtllm-bench, LLM.generate, sgl.Engine)
 ENTRYPOINTS = ("api-server", "offline", "chat")
-#: Capabilities kvsim lacks (issue #15 after tensor parallelism): such cases are listed, not run.
+#: Capabilities a case needs beyond one replica (issue #15 after tensor parallelism): such cases are
+#: listed, not run, unless the simulator has the capability (MET_BY).
 #: no_gpu_p2p: tensor-parallel GPUs without peer-to-peer access (vLLM logs "Custom allreduce is
 #: disabled because your platform lacks GPU P2P capability"): NCCL stages the all-reduces through
-#: host memory, which no calibration's interconnect times (issue #41).
+#: host memory (issue #41), which the scenario key ``engine.gpu_p2p: false`` models (sim/calib/host_staged.py).
 REQUIRES = ("pipeline_parallel", "replicas", "disaggregation", "no_gpu_p2p")
+#: A requirement the simulator meets where its engine schema has the key: (key, the value the runner sets)
+MET_BY = {"no_gpu_p2p": ("gpu_p2p", False)}
 
 #: Optional engine keys a case states at its top level; the runner copies them into scenario.engine
 #: where the schema has them (scenario_dict), so the same cases run on trees before and after a key
@@ -104,7 +108,7 @@ class Case:
 
     @property
     def runnable(self) -> bool:
-        return not self.requires
+        return all(r in MET_BY and MET_BY[r][0] in engine_fields() for r in self.requires)
 
     @property
     def metric(self) -> str:
@@ -194,10 +198,11 @@ def load_cases(cases_dir: str | Path = CASES_DIR, only: list[str] | None = None)
     return cases
 
 
-def engine_fields() -> set[str]:
+@functools.cache
+def engine_fields() -> frozenset[str]:
     from sim.config.schema import EngineConfig
 
-    return set(EngineConfig.model_fields)
+    return frozenset(EngineConfig.model_fields)
 
 
 def scenario_dict(case: Case) -> dict:
@@ -211,6 +216,9 @@ def scenario_dict(case: Case) -> dict:
     for key in ENGINE_KEYS:
         if getattr(case, key) is not None and key in fields:
             eng.setdefault(key, getattr(case, key))
+    for req in case.requires:  # a requirement the schema meets (MET_BY): its key set
+        if req in MET_BY and MET_BY[req][0] in fields:
+            eng.setdefault(*MET_BY[req])
     return data
 
 

@@ -39,16 +39,24 @@ def test_enough_runnable_cases_per_family():
     need = {"step_latency": 7, "saturated_throughput": 7, "latency_under_load": 5, "memory_plan": 4}
     for fam, least in need.items():
         assert sum(c.family == fam for c in runnable) >= least, fam
-    # listed-not-run cases stay a small share (44 TP 2 no_gpu_p2p cases since issue #41)
+    # listed-not-run cases stay a small share (the 44 TP 2 no_gpu_p2p cases run since engine.gpu_p2p)
     assert sum(not c.runnable for c in CASES) <= 0.05 * len(CASES)
     assert len({c.id for c in CASES}) == len(CASES)
 
 
-def test_no_gpu_p2p_cases_are_tensor_parallel():
-    """`requires: [no_gpu_p2p]` names the all-reduce path, so only a case with several GPUs may carry it."""
+def test_no_gpu_p2p_cases_are_tensor_parallel_and_run_without_p2p():
+    """`requires: [no_gpu_p2p]` names the all-reduce path, so only a case with several GPUs may carry it;
+    the schema's engine.gpu_p2p meets it: the case runs, its scenario with gpu_p2p false."""
     p2p = [c for c in CASES if "no_gpu_p2p" in c.requires]
     assert p2p
     assert all(c.scenario["engine"].get("tensor_parallel_size", 1) > 1 for c in p2p)
+    assert all(c.runnable for c in p2p)
+    sc = suite.build_scenario(p2p[0])
+    assert sc.engine.gpu_p2p is False and sc.engine.tensor_parallel_size == 2
+    others = [c for c in CASES if c.runnable and not c.requires and c.scenario["engine"].get("tensor_parallel_size", 1) > 1]
+    assert suite.build_scenario(others[0]).engine.gpu_p2p is True
+    # a requirement the schema does not meet stays listed, not run
+    assert not [c for c in CASES if "pipeline_parallel" in c.requires and c.runnable]
 
 
 def test_the_suites_profile_list_is_the_simulators():
