@@ -19,35 +19,32 @@ without a token budget, every running request is decoding, nothing is swapped, t
 fits the token budget, and no step hook or checking step log watches. How far it goes
 depends on who can see the engine between its steps:
 
-* **A lone engine** (``straddle``): no event reads the engine mid-step, so the stretch runs
-  up to the step within which the next event (an arrival, a follow-up turn, a request
-  leaving the front end) falls, moves the clock to that step's end (the event runs) and logs
-  and streams that step after it (its row's waiting count includes the arrivals). Then it
-  goes on: a step whose start sees waiting requests runs the scheduler's own admission pass
-  (``_admit_waiting``, after the step's crossings, as ``schedule`` orders them) and is priced
-  with their prompt tokens; a request whose prompt is done joins the batch. A step in which
-  requests finish does the scheduler's update (counters, ``last_token_s``, ``_finish`` in
-  scheduling order, which frees their blocks), logs its row after the frees, streams, and
-  then does what the engine loop does after such a step (``Simulation._after_finishing``:
+* **A lone engine** (``straddle``): no event reads the engine mid-step, so the stretch runs up to the step within
+  which the next event (an arrival, a follow-up turn, a request leaving the front end) falls, moves the clock to
+  that step's end (the event runs) and logs and streams that step after it (its row's waiting count includes the
+  arrivals). Then it goes on: a step whose start sees waiting requests runs the scheduler's own admission pass
+  (``_admit_waiting``, after the step's crossings, as ``schedule`` orders them) and is priced with their prompt
+  tokens; a request whose prompt is done joins the batch. A step in which requests finish does the scheduler's
+  update (counters, ``last_token_s``, ``_finish`` in scheduling order, which frees their blocks), logs its row after
+  the frees, streams, and then does what the engine loop does after such a step (``Simulation._after_finishing``:
   follow-up turns, retirement) with the clock at its end; the batch goes on without them.
-* **A cluster's replica** (``stepwise``): its router reads it at arrivals, and other
-  replicas' events fall between its steps. Its steps run off the clock until the time it
-  may next be read or fed (``Replica.next_input_s``: the router's next pick, known ahead
-  when no session has a follow-up turn; a request leaving its front end); the step that
-  time falls within runs on the clock: its allocations and admissions at its start, the
-  clock to its end (the router runs meanwhile), its update after. With follow-up turns
-  every step runs on the clock. Otherwise it goes on as a lone engine does.
-* **A disaggregated pool's replica** (neither): the stretch ends strictly before the next
-  event and with the first step in which requests finish; no request is admitted in it
-  (waiting requests must stay waiting: ``DecodeRun._waiting_stays``). After that step the
-  decode pool serves hand-offs waiting for blocks (``EngineStep.after_stretch_finish``).
+* **A cluster's replica** (``stepwise``): its router reads it at arrivals, and other replicas' events fall between
+  its steps. Its steps run off the clock until the time it may next be read or fed (``Replica.next_input_s``: the
+  router's next pick, known ahead when no session has a follow-up turn; a request leaving its front end); the step
+  that time falls within runs on the clock: its allocations and admissions at its start, the clock to its end (the
+  router runs meanwhile), its update after. With follow-up turns every step runs on the clock. Otherwise it goes on
+  as a lone engine does.
+* **A disaggregated pool's replica** (neither): the stretch ends strictly before the next event and with the first
+  step in which requests finish; no request is admitted in it (waiting requests must stay waiting:
+  ``DecodeRun._waiting_stays``). After that step the decode pool serves hand-offs waiting for blocks
+  (``EngineStep.after_stretch_finish``).
 
-A stretch ends before a step whose crossings could exhaust the free blocks (an allocation
-might preempt: the normal path decides), whose waiting requests the admission pass could
-take when admissions are not made in stretches (vLLM V0's prefill-first steps, rejection
-when full), after a step that leaves an admitted prompt half done (a chunk: its next step
-is not a decode), and when no decode is left. Running requests' counters are written back
-when it ends (and a finishing request's when it finishes). ``tests/sim/engine/
+A stretch ends before a step whose crossings could exhaust the free blocks (an allocation might preempt: the
+normal path decides), whose waiting requests the admission pass could take when admissions are not made in
+stretches (vLLM V0's prefill-first steps, rejection when full), after a step that leaves an admitted prompt half
+done (a chunk: its next step is not a decode), and when no decode is left. Running requests' counters are written
+back when it ends (and a finishing request's when it finishes), its rows go to the step log then (or every
+ROWS_PER_FLUSH), and its *quiet* steps run in a tight loop (sim/engine/macro/quiet.py). ``tests/sim/engine/
 test_macro_steps.py`` runs every shipped scenario both ways and requires identical outputs.
 """
 
@@ -58,13 +55,11 @@ import math
 from sim.cost.shape import BatchShape
 from sim.engine.macro.batch import DecodeBatch
 from sim.engine.macro.clock import advance_to, delivered, stream
+from sim.engine.macro.quiet import ROWS_PER_FLUSH, quiet_steps
 from sim.engine.logs.metrics import StepLog
 from sim.kv.paged import PagedAllocator
 from sim.sched.continuous import ContinuousScheduler
 from sim.sched.output import SchedulerOutput
-
-#: Rows a stretch keeps before handing them to the step log.
-ROWS_PER_FLUSH = 4096
 
 _UNSET = object()
 
@@ -112,12 +107,11 @@ class DecodeRun:
         return True
 
     def _waiting_stays(self, sched) -> bool:
-        """Whether the scheduler's admission pass (``_admit_waiting``) admits and rejects
-        nothing at a step of the running decodes, judged before the step's crossings (which
-        only take blocks). It stops at once when ``max_num_seqs`` are running, or when its
-        first request's prompt does not fit the budget the decodes leave (unchunked), or does
-        not fit the free blocks. Not decided here (the admission pass runs): prefix caching
-        (a hit may shrink what the request needs), rejection when full, prefill-first
+        """Whether the scheduler's admission pass (``_admit_waiting``) admits and rejects nothing at a step of
+        the running decodes, judged before the step's crossings (which only take blocks). It stops at once
+        when ``max_num_seqs`` are running, or when its first request's prompt does not fit the budget the
+        decodes leave (unchunked), or does not fit the free blocks. Not decided here (the admission pass
+        runs): prefix caching (a hit may shrink what the request needs), rejection when full, prefill-first
         steps, the full-length reservation, and a request that still holds blocks."""
         n_running = len(sched.running)
         if n_running >= sched.max_num_seqs:
@@ -151,6 +145,7 @@ class DecodeRun:
         fe, itl, step_time = sim.frontend, sim.itl, sim.cost.step_time_s
         gaps, tallies = itl.gaps, itl.counts  # ItlLog.tokens inlined below (flush takes from them in place)
         token_s, one_cpu = (fe.token_s, fe.servers == 1) if fe is not None else (0.0, False)
+        self.fe, self.itl, self.steps, self.token_s, self.one_cpu = fe, itl, core.steps, token_s, one_cpu  # (quiet_steps)
         next_input = self._next_input
         t_next = next_input() if stepwise else env.peek()
         t = env.now
@@ -161,7 +156,7 @@ class DecodeRun:
         pool = alloc.pool
         # The row's gauges, refreshed where they change (a plain crossing takes one block each).
         allocated, cached_free = alloc.num_allocated_slots(), alloc.num_cached_free_slots()
-        frag = alloc.num_external_fragmentation_slots()
+        frag = self.frag = alloc.num_external_fragmentation_slots()
         num_waiting, num_running = len(sched.waiting), len(sched.running)
         k = 0  # steps advanced
         last_out = None  # the admissions of the last step advanced
@@ -170,6 +165,12 @@ class DecodeRun:
         doubles: list[float] = []  # the step log's rows (StepLog.append_rows)
         counts: list[int] = []
         while True:
+            if ring and k and fast is not None and not num_waiting and not sched.lagging and k not in fins:
+                k0, (k, t, allocated, cached_free, doubles, counts, k_flushed, stop) = k, quiet_steps(  # quiet.py
+                    self, b, k, t, t_next, n, fast, allocated, cached_free, num_running, durations, doubles, counts, k_flushed)
+                last_out = last_out if k == k0 else None  # (no admissions in the last step advanced)
+                if stop:
+                    break
             admit = False
             if num_waiting and not self._waiting_stays(sched):
                 if not admits:
@@ -273,16 +274,15 @@ class DecodeRun:
             k += 1
             idle = 0.0
             last_out = out
-            if after_events or finished is not None:  # the clock catches up with the stretch
-                core.steps.append_rows(doubles, counts)
-                doubles, counts, k_flushed = [], [], k
+            if after_events or finished is not None:  # the clock catches up (rows stay: no one reads them meanwhile)
                 if durations:
                     yield from advance_to(env, t, durations)
                     durations = []
                     num_waiting = len(sched.waiting)
                 if after_events:
                     duration, row, produced, finished = pending
-                    core.steps.append_rows((t, duration, 0.0), (*row[:4], num_waiting, *row[5:]))
+                    doubles += (t, duration, 0.0)
+                    counts += (*row[:4], num_waiting, *row[5:])
                     delivered(itl, t if fe is None else stream(fe, t, token_s * (n + len(produced)), produced, finished), k - 1, b.reqs, n, produced)
                 if finished is not None:
                     core.last_end_s = t
