@@ -39,7 +39,7 @@ FROZEN = date(2026, 12, 6)
 DATA = ("all", "train", "external")
 #: Calibration keys that hold fitted or chosen factors (the rest are datasheet figures or text).
 CALIBRATION_KEYS = ("bandwidth_efficiency", "compute_efficiency", "kernel_launch_s", "step_overhead_s",
-                    "dequant", "mode_efficiency", "interconnect")
+                    "dequant", "mode_efficiency", "interconnect", "gemm_fixed_s")
 
 
 def _canonical(value):

@@ -16,10 +16,11 @@ A calibration is a small YAML file (schema 1, documented in each shipped file's 
     pcie_bandwidth_bytes_per_s: 5.0e+10   # host<->device pinned copies, achieved
     kernel_launch_s: 4.0e-6         # per kernel
     step_overhead_s: 2.0e-3         # per engine step: scheduler, sampling, Python
+    gemm_fixed_s: 6.2e-6            # optional (0): a GEMM kernel's device time besides its reads and math
     provenance: {key: text, ...}    # optional: where the numbers come from
 
-Every key but ``provenance`` is required; unknown keys are rejected. Numbers written as
-``1e12`` (which YAML 1.1 reads as a string) are accepted.
+Every key but ``provenance`` and ``gemm_fixed_s`` is required; unknown keys are rejected.
+Numbers written as ``1e12`` (which YAML 1.1 reads as a string) are accepted.
 
 Schema 2 (written by ``microbench fit``) adds an optional ``kernels:`` mapping of fitted
 kernel models, ``{gemm: {params: {...}, cv_mape, grid: [...]}, decode_attention: ...}``
@@ -49,8 +50,6 @@ from sim.errors import ConfigError, did_you_mean, read_yaml_file
 
 SCHEMA_VERSION = 2
 SUPPORTED_SCHEMAS = (1, 2)
-
-
 KERNEL_TIMINGS = ("engine", "device")
 
 
@@ -92,6 +91,8 @@ class Calibration:
     #: kernel times alone, e.g. imported from NVIDIA's published tables: the engine profile adds its
     #: host time, CUDA graphs and padding around them, as it does around a datasheet roofline).
     kernel_timing: str = "engine"
+    #: a GEMM kernel's device time besides its weight reads and math (the datasheet roofline's; sim/cost/datasheet.py)
+    gemm_fixed_s: float = 0.0
     file: str = field(default="<calibration>", hash=False, compare=False)
 
     @property
@@ -175,6 +176,7 @@ CALIBRATION_LIMITS: dict[str, tuple[float, float]] = {
     "pcie_bandwidth_bytes_per_s": (1e6, 1e14),
     "kernel_launch_s": (0.0, 1.0),
     "step_overhead_s": (0.0, 10.0),
+    "gemm_fixed_s": (0.0, 1e-3),
     "compute_efficiency.m_half_tokens": (0.0, 1e6),
 }
 
@@ -219,12 +221,13 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
     if not isinstance(data, dict):
         raise ConfigError(file, "<root>", "a calibration must be a YAML mapping")
     allowed = {**_TOP_KEYS, "compute_efficiency": None, "provenance": None, **dict.fromkeys(PRECISION_KEYS),
-               "profiles": None, "interconnect": None}
+               "profiles": None, "interconnect": None, "gemm_fixed_s": None}
     if data.get("schema") == 2:
         allowed["kernels"] = None
         allowed["composition"] = None
         allowed["kernel_timing"] = None
-    optional = {"provenance", "kernels", "composition", *PRECISION_KEYS, "profiles", "interconnect", "kernel_timing"}
+    optional = {"provenance", "kernels", "composition", *PRECISION_KEYS, "profiles", "interconnect", "kernel_timing",
+                "gemm_fixed_s"}
     _check_keys(data, allowed, set(allowed) - optional, file, "")
     v = {k: _check(data[k], kind, rule, file, k) for k, (kind, rule) in _TOP_KEYS.items()}
     if v["schema"] not in SUPPORTED_SCHEMAS:
@@ -272,7 +275,7 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
         precision=precision_from_dict(data, file=file, peak_flops=v["peak_flops"]),
         profiles={str(k): dict(val) for k, val in profiles.items()}, file=file,
         interconnect=interconnect_from_dict(data.get("interconnect"), file=file), kernel_timing=timing,
-    )
+        gemm_fixed_s=_check(data.get("gemm_fixed_s", 0.0), "float", "non-negative", file, "gemm_fixed_s"))
 
 
 def load_calibration(name_or_path: str, *, source: str = "<cli>", key: str = "gpu") -> Calibration:
@@ -305,7 +308,7 @@ def calibration_to_dict(cal: Calibration) -> dict:
         "kernel_launch_s": float(f"{cal.kernel_launch_s:.6g}"),
         "step_overhead_s": float(f"{cal.step_overhead_s:.6g}"),
         "provenance": dict(cal.provenance),
-    }
+    } | ({"gemm_fixed_s": float(f"{cal.gemm_fixed_s:.6g}")} if cal.gemm_fixed_s else {})
     if cal.kernels:
         if cal.kernel_timing != "engine":
             out["kernel_timing"] = cal.kernel_timing

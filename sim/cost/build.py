@@ -60,6 +60,8 @@ def build_profiled_cost(model: ModelSpec, calibration: Calibration, profile: Eng
     which messages take a measured NCCL curve (``with_profile_allreduce``).
     """
     calibration = with_profile_allreduce(with_profile_kernels(calibration, profile), profile)
+    if not profile.gemm_fixed_time and calibration.gemm_fixed_s:  # the engine's own GEMVs (EngineProfile)
+        calibration = dataclasses.replace(calibration, gemm_fixed_s=0.0)
     if profile.is_eager or calibration.engine_steps_measured:
         return build_cost_model(model, calibration, **kwargs)
     no_host = dataclasses.replace(calibration, step_overhead_s=0.0)

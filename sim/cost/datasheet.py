@@ -9,7 +9,7 @@ Precision below), eff(m) = eff_max x m / (m + m_half).
 
     step_time = step_overhead_s                                   (0 for an empty step)
       + sum over linear ops (qkv, o, gate_up, down; MLA projections; MoE router/experts):
-            layers x smax(weight_bytes / B, 2 m n k / (F eff(m))) + layers x kernel_launch_s
+            layers x smax(weight_bytes / B, 2 m n k / (F eff(m))) + layers x max(kernel_launch_s, gemm_fixed_s)
         routed experts: of E experts, m tokens x top-k touch E (1 - (1 - k/E)^m) on average;
         only those are read, and each sees m k / touched rows
       + lm_head: the same with m = num_seqs (only each sequence's last token needs logits), in
@@ -32,7 +32,12 @@ linear in m with a floor: that is what the per-op constants store. ``smax(a, b) 
 b^p)^(1/p)`` with p = RIDGE_SHARPNESS (sim/calib/kernel_models.py: 1.5, fitted on real A100
 linear-layer timings) is a smooth maximum: a GEMM near the ridge, where its weight reads and
 its math take about as long, costs up to 2^(1/p) = 1.6x the larger of the two, as measured;
-far from the ridge it is the roofline's max.
+far from the ridge it is the roofline's max. ``gemm_fixed_s`` (a calibration's, 0 where it has
+none) is a GEMM kernel's device time besides its reads and math in a stream of kernels: decode
+GEMVs timed back to back fit t = t0 + bytes / B with t0 of a few microseconds (the DRAM
+pipeline's fill and drain, the last wave's tail, the gap to the next kernel), once per GEMM of
+every layer. The host's launch (``kernel_launch_s``, or a graph replay's ``graph_kernel_s``)
+overlaps it, so a GEMM costs the longer of the two.
 
 MoE layers add their routing (sim.model.spec.moe_routing_bytes_per_token): the router's
 top-k, the token permute and unpermute (m x top_k x hidden activations read and written
@@ -263,6 +268,7 @@ def build_datasheet_cost(model: ModelSpec, calibration: Calibration, kv_dtype: K
     weight_bw = bw * gp.weight_read_efficiency
     flops = gp.peak_flops * cal.compute_eff_max
     launch = cal.kernel_launch_s
+    gemm_launch = max(launch, cal.gemm_fixed_s)  # a GEMM's launch (or graph gap) or its fixed device time
     dense, experts = [], []
     ops = linear_ops(model)
     attention_ops = sum(op.name in ATTENTION_OPS for op in ops)  # linear_ops lists them first
@@ -270,9 +276,9 @@ def build_datasheet_cost(model: ModelSpec, calibration: Calibration, kv_dtype: K
         w = op.k * op.n * weight_dtype_bytes * op.num_layers / weight_bw
         f = 2 * op.k * op.n * op.num_layers / flops
         if op.num_experts > 1:
-            experts.append((w, f, op.num_layers * launch, op.num_experts, op.experts_per_tok))
+            experts.append((w, f, op.num_layers * gemm_launch, op.num_experts, op.experts_per_tok))
         else:
-            dense.append((w, f, op.num_layers * launch))
+            dense.append((w, f, op.num_layers * gemm_launch))
     head, decode_math = lm_head_op(model), decode_attn_flops_per_pair(model) / (cal.peak_flops * cal.compute_eff_max)
     head_bytes, hp = embedding_precision(cal, weight_dtype, weight_dtype_bytes, compute_dtype, embedding_dtype)
     head_bw, head_flops = bw * hp.weight_read_efficiency, hp.peak_flops * cal.compute_eff_max
@@ -285,7 +291,7 @@ def build_datasheet_cost(model: ModelSpec, calibration: Calibration, kv_dtype: K
     return DatasheetCost(
         model_name=name, calibration_name=cal.name, kv_dtype=KVDtype(kv_dtype),
         m_half_tokens=cal.compute_m_half_tokens, dense_ops=tuple(dense), expert_ops=tuple(experts),
-        lm_head=(head.k * head.n * head_bytes / head_bw, 2 * head.k * head.n / head_flops, launch),
+        lm_head=(head.k * head.n * head_bytes / head_bw, 2 * head.k * head.n / head_flops, gemm_launch),
         kv_read_s_per_token=kv_bytes / bw,
         attn_s_per_pair=attn_flops_per_pair(model) / (cal.peak_flops * cal.compute_eff_max),
         elementwise_s_per_token=traffic / bw,

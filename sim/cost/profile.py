@@ -105,6 +105,10 @@ class EngineProfile:
     block_size: int | None = None
     kv_free_memory_fraction: float | None = None
     pads_to_captured: bool = True  # a batch runs padded up to the next captured size (False: every size as it is)
+    #: its GEMMs are cuBLAS's (PyTorch's F.linear, TensorRT-LLM's GEMM plugin): each pays the calibration's
+    #: gemm_fixed_s, which NVIDIA's tables measured on them (False: the engine's own GEMV kernels, or a host
+    #: time fitted before the term that holds it)
+    gemm_fixed_time: bool = True
 
     @property
     def is_eager(self) -> bool:
@@ -254,7 +258,8 @@ PROFILES: dict[str, EngineProfile] = {
     # CUDA graphs of May 2024); gpt-fast's tensor parallelism all-reduces through PyTorch's IntraNodeComm.
     ProfileName.COMPILED: EngineProfile(
         ProfileName.COMPILED, graph_mode=GraphMode.DECODE, step_host_s=_CPP_STEP_HOST_S,
-        weight_only_kernels=(("int4", _TINYGEMM_INT4),), custom_allreduce_bytes=coll.TORCH_INTRA_NODE_ALLREDUCE),
+        weight_only_kernels=(("int4", _TINYGEMM_INT4),), custom_allreduce_bytes=coll.TORCH_INTRA_NODE_ALLREDUCE,
+        gemm_fixed_time=False),  # batch-1 matmuls: inductor's fused Triton reductions (coordinate descent tuning on)
     # LMDeploy's TurboMind engine (lmdeploy/messages.py TurbomindEngineConfig, current defaults): a C++ loop
     # (persistent batch) launching fused kernels without CUDA graphs: its launches queue ahead of the GPU, so a
     # step is charged as a replay (launches hidden, graph_kernel_s a kernel) at its own batch size, no padding;
@@ -266,7 +271,7 @@ PROFILES: dict[str, EngineProfile] = {
         ProfileName.LMDEPLOY, graph_mode=GraphMode.DECODE, step_host_s=_TURBOMIND_STEP_HOST_S,
         seq_host_s=_TURBOMIND_SEQ_HOST_S, chunked_prefill=True, frontend_request_s=_FRONTEND_REQUEST_S,
         frontend_token_s=_FRONTEND_TOKEN_S, custom_allreduce_bytes=(), block_size=64, kv_free_memory_fraction=0.8,
-        pads_to_captured=False),
+        pads_to_captured=False, gemm_fixed_time=False),  # its host time, fitted without the term, holds it
 }
 
 #: The profile a scenario without ``engine.profile`` models: the current vLLM release.
@@ -276,5 +281,6 @@ DEFAULT_PROFILE = ProfileName.VLLM_V1
 OVERRIDABLE = tuple(f.name for f in dataclasses.fields(EngineProfile)
                     if f.name not in ("name", "uses_calibration_overhead", "chunked_prefill",
                                       "prefix_caching", "weight_only_kernels", "custom_allreduce_bytes",
-                                      "rules", "block_size", "kv_free_memory_fraction", "pads_to_captured")
+                                      "rules", "block_size", "kv_free_memory_fraction", "pads_to_captured",
+                                      "gemm_fixed_time")
                     ) + ("custom_allreduce_max_bytes",)
