@@ -17,6 +17,9 @@ SUITE_DIR = REPO / "benchmarks" / "published"
 def _load(name: str):
     if str(SUITE_DIR) not in sys.path:
         sys.path.insert(0, str(SUITE_DIR))
+    loaded = sys.modules.get(name)  # another test module loaded it: one module object, or pickling
+    if loaded is not None and Path(getattr(loaded, "__file__", "")) == SUITE_DIR / f"{name}.py":  # run_case by name fails
+        return loaded
     spec = importlib.util.spec_from_file_location(name, SUITE_DIR / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod

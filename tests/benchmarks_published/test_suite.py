@@ -18,6 +18,9 @@ SUITE_DIR = REPO / "benchmarks" / "published"
 def _load(name: str, file: str):
     if str(SUITE_DIR) not in sys.path:
         sys.path.insert(0, str(SUITE_DIR))
+    loaded = sys.modules.get(name)  # another test module loaded it: one module object, or pickling
+    if loaded is not None and Path(getattr(loaded, "__file__", "")) == SUITE_DIR / file:  # run_case by name fails
+        return loaded
     spec = importlib.util.spec_from_file_location(name, SUITE_DIR / file)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod  # dataclasses look their module up by name
