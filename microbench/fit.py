@@ -31,6 +31,7 @@ from microbench.attention_fit import describe_split, fit_decode_split, fit_prefi
 from microbench.gemm_tiles import (REGIME_GIVENS, TERM_BOUNDS, TERM_GUESSES, TERM_RELATIVE_GUESSES, TERMS, GemmTiles,
                                    gemm_columns, vector_memory_bytes, vector_work_scale)
 from microbench.peaks import fit_precision
+from sim.calib.gemm_memory import cold_l2 as gemm_cold_l2
 from sim.calib.calibration import Calibration, CalibrationSource
 from sim.errors import ConfigError
 from sim.calib.kernel_models import KERNELS, GridRow, KernelFit, analytic_s, features, grid_key
@@ -104,14 +105,18 @@ def fit_params(kernel: str, records: list[dict], tiles: GemmTiles | None = None)
         if tiles.regimes is not None:
             fixed.update(zip(REGIME_GIVENS, map(float, tiles.regimes)))
         fixed.update(tiles.term_flags())  # flags here: the optional terms fitted (_fit_params)
-        params, cost = _fit_params(kernel, records, fixed)
-        if best is None or cost < best[1]:
-            best = params, cost
-    return best[0]
+        fits = [_fit_params(kernel, records, {k: v for k, v in fixed.items() if k != "l2_resident_bytes"})]
+        if "l2_resident_bytes" in fixed:  # the L2 term's fit starts from the fit without it, kept if better
+            fits.append(_fit_params(kernel, records, fixed, start=fits[0][0]))
+        for params, cost in fits:
+            if best is None or cost < best[1]:
+                best = params, cost
+    p = best[0]  # an L2 no faster than the DRAM changes nothing: left out
+    return gemm_cold_l2(p) if p.get("l2_resident_bandwidth_bytes_per_s", 0) <= p["bandwidth_bytes_per_s"] else p
 
 
-def _fit_params(kernel: str, records: list[dict], tile: dict | None = None) -> tuple[dict[str, float], float]:
-    """(parameters, final robust loss); ``tile``: sm_count, tile_m, tile_n of the tile/wave term."""
+def _fit_params(kernel: str, records: list[dict], tile: dict | None = None, start: dict | None = None) -> tuple[dict, float]:
+    """(parameters, robust loss); ``tile``: the tile/wave term's givens; ``start``: starting values (else guesses)."""
     from scipy.optimize import least_squares  # noqa: PLC0415  (scipy: only when fitting)
 
     feats, t = _arrays(kernel, records)
@@ -134,9 +139,9 @@ def _fit_params(kernel: str, records: list[dict], tile: dict | None = None) -> t
              "flops_per_s": float(np.max(feats[:, 1] / t)) * 1.5 or 1e12, "x_half": 16.0,
              "overhead_s": float(np.min(t)) * 0.5, "item_s": float(np.min(t)) * 0.1, "sharpness": 4.0,
              "wave_tail": 0.5, "k_half": 64.0, "small_efficiency": 1.0, "mid_efficiency": 1.0, **TERM_GUESSES}
+    guess.update({k: v for k, v in (start or {}).items() if k in guess and math.isfinite(v)})
     guess.update({k: v * guess["bandwidth_bytes_per_s"] for k, v in TERM_RELATIVE_GUESSES.items()})
-    lo = np.log([BOUNDS[p][0] for p in free])
-    hi = np.log([BOUNDS[p][1] for p in free])
+    lo, hi = (np.log([BOUNDS[p][i] for p in free]) for i in (0, 1))
     x0 = np.clip(np.log([max(guess[p], 1e-30) for p in free]), lo + 1e-9, hi - 1e-9)
     model = _vector_model(free, fixed, feats, mnk)
     log_t = np.log(t)

@@ -46,9 +46,10 @@ class GemmTiles:
 def device_gemm_tiles(device: dict | None, split_k: bool = False, l2: bool = False) -> GemmTiles | None:
     """The GEMM's tile/wave term with the kernel regimes for a measured GPU: its SM count from
     the device record's provenance (``microbench calibrate`` writes torch's multi_processor_count);
-    None for a CPU or a record without it (the smooth roofline form). ``split_k``: fit the split-k
-    term too (off by default: on NVIDIA's L40S tables it raises the held-out error, 19.4% -> 21.6%,
-    while it lowers H100's, H200's, B200's and A100's by 2-3.4 points; benchmarks/RESULTS.md)."""
+    None for a CPU or a record without it (the smooth roofline form). ``split_k``, ``l2``: fit the
+    split-k and L2-residency terms too (``microbench import aiconfigurator`` fits both; off for
+    ``microbench calibrate``, whose GPU runs have not been studied with them; split-k alone raised
+    the held-out error on NVIDIA's L40S tables, 19.4% -> 21.6%; benchmarks/RESULTS.md)."""
     raw = ((device or {}).get("provenance") or {}).get("sm_count")
     try:
         sms = int(str(raw))

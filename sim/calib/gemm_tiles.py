@@ -48,8 +48,9 @@ wave k / splits deep:
 (splits 1: the form above). On H100 SXM's vLLM tables (16 tokens, n 32) the time grows with k to about
 3,000 and then stays at 6 us to k = 16,384; the split-k form follows it where the unsplit one, paying
 a whole serial k per tile, is three times too slow at k = 65,536. Still non-decreasing in k: k /
-splits is split_k_len while the splits are not capped, and the waves grow with the splits. Off in
-the shipped calibrations: on the L40S's tables it raises the held-out error (benchmarks/RESULTS.md).
+splits is split_k_len while the splits are not capped, and the waves grow with the splits. Fitted
+with L2 residency (sim/calib/gemm_memory.py) in the imported calibrations: alone it raised the L40S's
+held-out error, whose 96 MB L2 serves the tables' small GEMMs (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
