@@ -7,10 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim.calib.calibration import load_calibration
 from sim.calib.gemm_memory import cold_l2, memory_bytes
 from sim.calib.kernel_models import KernelFit, kernel_fit_from_dict
-
+from sim.cost.fitted import build_fitted_cost
 from sim.errors import ConfigError
+from sim.model.hf_config import load_model
 
 TILED = {"bandwidth_bytes_per_s": 1e12, "flops_per_s": 3e14, "x_half": 0.0, "overhead_s": 2e-6, "item_s": 0.0,
          "sharpness": 3.0, "sm_count": 142.0, "tile_m": 64.0, "tile_n": 128.0, "wave_tail": 0.5, "k_half": 50.0,
@@ -62,3 +64,15 @@ def test_round_trip_and_validation() -> None:
         kernel_fit_from_dict("gemm", {"params": cold_l2(untiled)}, file="x.yaml").analytic_s(m=1, n=4096, k=2048)
     with pytest.raises(ConfigError, match=r"l2_bytes"):  # decode attention's L2 names are not the GEMM's
         kernel_fit_from_dict("gemm", {"params": {**TILED, "l2_bytes": 1e6}}, file="x.yaml")
+
+
+def test_the_simulated_step_reads_weights_cold() -> None:
+    """l40s@vllm's GEMM carries the L2 term; a model's step charges its GEMMs without it."""
+    cal = load_calibration("l40s@vllm")
+    fit_ = cal.kernels["gemm"]
+    assert "l2_resident_bytes" in fit_.params
+    cost = build_fitted_cost(load_model("llama-3-8b"), cal, "bf16", 2)
+    warm = fit_.analytic_s(m=1, n=4096, k=4096, dtype="bf16")  # 33.6 MB: partly from L2 in the tables
+    cold = KernelFit("gemm", cold_l2(fit_.params)).analytic_s(m=1, n=4096, k=4096, dtype="bf16")
+    assert cold > 1.1 * warm
+    assert cost._gemm(1, 4096, 4096) == pytest.approx(cold)
