@@ -1,7 +1,7 @@
 """How well kvsim's kernel forms fit NVIDIA's published kernel tables, on shapes the fit never saw.
 
     python benchmarks/aiconfigurator_fit.py [--systems h100_sxm h200_sxm ...] [--backend vllm]
-        [--kernels gemm prefill_attention decode_attention] [--split-k] [--decode-l2]
+        [--kernels gemm prefill_attention decode_attention] [--split-k] [--gemm-l2] [--decode-l2]
 
 Needs the [import] extra (aiconfigurator-core, pandas, pyarrow). For each system it converts the
 tables as ``microbench import aiconfigurator`` does and reports, per kernel, the MAPE of the
@@ -16,6 +16,7 @@ analytic form (microbench.fit, the GEMM with its tile/wave term) on held-out dat
   the tables also time 32 x 32 GEMMs no model has);
 - ``--split-k``: the GEMM fitted with the split-k term (sim/calib/gemm_tiles.py; off in the shipped
   calibrations, see benchmarks/RESULTS.md);
+- ``--gemm-l2``: the GEMM fitted with the L2-residency term too (sim/calib/gemm_memory.py);
 - ``--decode-l2``: decode attention fitted with the L2-residency term (sim/calib/attention_terms.py;
   off in the shipped calibrations, see benchmarks/RESULTS.md);
 - ``cross-GPU``: H100 SXM's fit with its bandwidth scaled by the datasheets' HBM ratio (FLOP/s
@@ -65,9 +66,10 @@ def held_out_groups(kernel: str, records: list[dict], tiles) -> float:
     return errors / n
 
 
-def study(system: str, backend: str, kernels=KERNELS, split_k: bool = False) -> tuple[dict, dict[str, list[dict]]]:
+def study(system: str, backend: str, kernels=KERNELS, split_k: bool = False,
+          l2: bool = False) -> tuple[dict, dict[str, list[dict]]]:
     records, device, _ = import_records(system, backend)
-    gemm_tiles = device_gemm_tiles(device, split_k)
+    gemm_tiles = device_gemm_tiles(device, split_k, l2)
     by_kernel = defaultdict(list)
     for r in records:
         by_kernel[r["kernel"]].append(r)
@@ -91,13 +93,14 @@ def main() -> int:
     ap.add_argument("--backend", default="vllm")
     ap.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=KERNELS)
     ap.add_argument("--split-k", action="store_true", help="fit the GEMM with the split-k term")
+    ap.add_argument("--gemm-l2", action="store_true", help="fit the GEMM with the L2-residency term")
     ap.add_argument("--decode-l2", action="store_true", help="fit decode attention with the L2-residency term")
     args = ap.parse_args()
     microbench.attention_fit.DECODE_L2 = args.decode_l2
     rows, data = {}, {}
     for system in args.systems:
         t0 = time.perf_counter()
-        rows[system], data[system] = study(system, args.backend, args.kernels, args.split_k)
+        rows[system], data[system] = study(system, args.backend, args.kernels, args.split_k, args.gemm_l2)
         print(f"{system}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     print(f"| {args.backend} tables | kernel | records | held-out shapes | every 5th k / head set | layer shapes (GEMM) |")
     print("|---|---|---|---|---|---|")
@@ -110,7 +113,7 @@ def main() -> int:
         h100, h200 = load_calibration("h100-sxm"), load_calibration("h200")
         ratio = h200.effective_bandwidth_bytes_per_s / h100.effective_bandwidth_bytes_per_s
         print(f"\ncross-GPU: H100 SXM's fit, bandwidth x {ratio:.3f} (datasheet HBM ratio), predicting H200 SXM:")
-        h100_tiles = device_gemm_tiles({"provenance": {"sm_count": "132"}}, args.split_k)
+        h100_tiles = device_gemm_tiles({"provenance": {"sm_count": "132"}}, args.split_k, args.gemm_l2)
         for kernel in args.kernels:
             p = fit_params(kernel, data["h100_sxm"][kernel], h100_tiles)
             same = mape(p, kernel, data["h200_sxm"][kernel])

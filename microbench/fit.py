@@ -28,8 +28,10 @@ from collections import defaultdict
 import numpy as np
 
 from microbench.attention_fit import describe_split, fit_decode_split, fit_prefill
-from microbench.gemm_tiles import REGIME_GIVENS, GemmTiles, vector_work_scale
+from microbench.gemm_tiles import (REGIME_GIVENS, TERM_BOUNDS, TERM_GUESSES, TERM_RELATIVE_GUESSES, TERMS, GemmTiles,
+                                   gemm_columns, vector_memory_bytes, vector_work_scale)
 from microbench.peaks import fit_precision
+from sim.calib.gemm_memory import cold_l2 as gemm_cold_l2
 from sim.calib.calibration import Calibration, CalibrationSource
 from sim.errors import ConfigError
 from sim.calib.kernel_models import KERNELS, GridRow, KernelFit, analytic_s, features, grid_key
@@ -41,7 +43,7 @@ BOUNDS = {"bandwidth_bytes_per_s": (1e6, 1e15), "flops_per_s": (1e6, 1e17), "x_h
           "overhead_s": (1e-9, 1.0), "item_s": (1e-10, 1.0), "sharpness": (1.0, 30.0),
           "wave_tail": (1e-4, 1.0), "k_half": (1e-3, 1e5), "small_efficiency": (0.1, 2.0),
           "mid_efficiency": (0.1, 2.0),  # a regime's kernels: at most twice the large-m ones' FLOP rate
-          "split_k_len": (1.0, 1e6), "max_split_k": (1.0, 1e3)}
+          **TERM_BOUNDS}  # split-k's, L2 residency's and the CTA read rate's (microbench/gemm_tiles.py)
 
 
 def _arrays(kernel: str, records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
@@ -69,10 +71,11 @@ def _vector_model(free: list[str], fixed: dict, feats: np.ndarray, mnk: np.ndarr
     kernel_models.analytic_s; ``mnk``: the GEMM's m, n, k columns when the tile term is on)."""
     nbytes, flops, items, x = feats.T
     scale = vector_work_scale(fixed, mnk) if mnk is not None else None
+    memory = vector_memory_bytes(nbytes) if mnk is not None else None
 
     def model(logp: np.ndarray) -> np.ndarray:
         p = {**fixed, **dict(zip(free, np.exp(logp)))}
-        mem = nbytes / p["bandwidth_bytes_per_s"]
+        mem = (memory(p) if memory is not None else nbytes) / p["bandwidth_bytes_per_s"]
         eff = np.where(x > 0, x / (x + p["x_half"]), 1e-12)
         work = flops * scale(p) if scale is not None else flops
         comp = np.where(flops > 0, work / (p["flops_per_s"] * eff), 0.0)
@@ -101,15 +104,19 @@ def fit_params(kernel: str, records: list[dict], tiles: GemmTiles | None = None)
         fixed = {"sm_count": float(tiles.sm_count), "tile_m": float(tm), "tile_n": float(tn)}
         if tiles.regimes is not None:
             fixed.update(zip(REGIME_GIVENS, map(float, tiles.regimes)))
-        fixed.update({"split_k_len": 1.0} if tiles.split_k else {})  # a flag here: fitted (_fit_params)
-        params, cost = _fit_params(kernel, records, fixed)
-        if best is None or cost < best[1]:
-            best = params, cost
-    return best[0]
+        fixed.update(tiles.term_flags())  # flags here: the optional terms fitted (_fit_params)
+        fits = [_fit_params(kernel, records, {k: v for k, v in fixed.items() if k != "l2_resident_bytes"})]
+        if "l2_resident_bytes" in fixed:  # the L2 term's fit starts from the fit without it, kept if better
+            fits.append(_fit_params(kernel, records, fixed, start=fits[0][0]))
+        for params, cost in fits:
+            if best is None or cost < best[1]:
+                best = params, cost
+    p = best[0]  # an L2 no faster than the DRAM changes nothing: left out
+    return gemm_cold_l2(p) if p.get("l2_resident_bandwidth_bytes_per_s", 0) <= p["bandwidth_bytes_per_s"] else p
 
 
-def _fit_params(kernel: str, records: list[dict], tile: dict | None = None) -> tuple[dict[str, float], float]:
-    """(parameters, final robust loss); ``tile``: sm_count, tile_m, tile_n of the tile/wave term."""
+def _fit_params(kernel: str, records: list[dict], tile: dict | None = None, start: dict | None = None) -> tuple[dict, float]:
+    """(parameters, robust loss); ``tile``: the tile/wave term's givens; ``start``: starting values (else guesses)."""
     from scipy.optimize import least_squares  # noqa: PLC0415  (scipy: only when fitting)
 
     feats, t = _arrays(kernel, records)
@@ -122,18 +129,19 @@ def _fit_params(kernel: str, records: list[dict], tile: dict | None = None) -> t
         if "mid_max_m" in tile:
             free += ["small_efficiency", "mid_efficiency"]
         fixed.update(tile)
-        if "split_k_len" in tile:
-            free += ["split_k_len", "max_split_k"]
-            del fixed["split_k_len"]
-        mnk = np.array([(r["m"], r["n"], r["k"]) for r in records], dtype=float)
+        for key, names in TERMS.values():
+            if key in tile:
+                free += list(names)
+                del fixed[key]
+        mnk = gemm_columns(records)
     big = feats[:, 0] >= np.quantile(feats[:, 0], 0.75)
     guess = {"bandwidth_bytes_per_s": float(np.median(feats[big, 0] / t[big])),
              "flops_per_s": float(np.max(feats[:, 1] / t)) * 1.5 or 1e12, "x_half": 16.0,
              "overhead_s": float(np.min(t)) * 0.5, "item_s": float(np.min(t)) * 0.1, "sharpness": 4.0,
-             "wave_tail": 0.5, "k_half": 64.0, "small_efficiency": 1.0, "mid_efficiency": 1.0,
-             "split_k_len": 1024.0, "max_split_k": 16.0}
-    lo = np.log([BOUNDS[p][0] for p in free])
-    hi = np.log([BOUNDS[p][1] for p in free])
+             "wave_tail": 0.5, "k_half": 64.0, "small_efficiency": 1.0, "mid_efficiency": 1.0, **TERM_GUESSES}
+    guess.update({k: v for k, v in (start or {}).items() if k in guess and math.isfinite(v)})
+    guess.update({k: v * guess["bandwidth_bytes_per_s"] for k, v in TERM_RELATIVE_GUESSES.items()})
+    lo, hi = (np.log([BOUNDS[p][i] for p in free]) for i in (0, 1))
     x0 = np.clip(np.log([max(guess[p], 1e-30) for p in free]), lo + 1e-9, hi - 1e-9)
     model = _vector_model(free, fixed, feats, mnk)
     log_t = np.log(t)
@@ -301,6 +309,8 @@ def describe(fit_: KernelFit) -> str:
                              f"{p['small_efficiency']:.2f} / {p['mid_efficiency']:.2f}")
             if p.get("split_k_len", 0) > 0:
                 parts.append(f"split-k: chunks of {p['split_k_len']:.0f} k, up to {p['max_split_k']:.1f}")
+        if p.get("l2_resident_bytes", 0) > 0:
+            parts.append(f"L2: {p['l2_resident_bytes'] / 1e6:.0f} MB at {p['l2_resident_bandwidth_bytes_per_s'] / 1e9:.0f} GB/s")
     parts += [describe_split(p)] if describe_split(p) else []
     parts.append(f"overhead {p['overhead_s'] * 1e6:8.1f} us")
     if p["item_s"] > 0:

@@ -48,8 +48,9 @@ wave k / splits deep:
 (splits 1: the form above). On H100 SXM's vLLM tables (16 tokens, n 32) the time grows with k to about
 3,000 and then stays at 6 us to k = 16,384; the split-k form follows it where the unsplit one, paying
 a whole serial k per tile, is three times too slow at k = 65,536. Still non-decreasing in k: k /
-splits is split_k_len while the splits are not capped, and the waves grow with the splits. Off in
-the shipped calibrations: on the L40S's tables it raises the held-out error (benchmarks/RESULTS.md).
+splits is split_k_len while the splits are not capped, and the waves grow with the splits. Fitted
+with L2 residency (sim/calib/gemm_memory.py) in the imported calibrations: alone it raised the L40S's
+held-out error, whose 96 MB L2 serves the tables' small GEMMs (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ REGIME_LIMITS = {"small_max_m": (1.0, 1e6), "small_tile_m": (1.0, 4096.0), "smal
                  "mid_max_m": (1.0, 1e6), "mid_tile_m": (1.0, 4096.0), "mid_efficiency": (0.01, 100.0)}
 SPLIT_K_PARAMS = ("split_k_len", "max_split_k")
 SPLIT_K_LIMITS = {"split_k_len": (1.0, 1e9), "max_split_k": (1.0, 1e6)}
+#: the optional L2-residency term of the memory side (sim/calib/gemm_memory.py)
+L2_PARAMS = ("l2_resident_bytes", "l2_resident_bandwidth_bytes_per_s", "l2_resident_sharpness")
+L2_LIMITS = {"l2_resident_bytes": (1.0, 1e12), "l2_resident_bandwidth_bytes_per_s": (1.0, 1e16), "l2_resident_sharpness": (0.1, 1e3)}
 _INTEGERS = ("sm_count", "tile_m", "tile_n", "small_max_m", "small_tile_m", "mid_max_m", "mid_tile_m")
 
 
@@ -85,6 +89,11 @@ def regimes_on(params: dict) -> bool:
 def split_k_on(params: dict) -> bool:
     """Whether ``params`` carry the split-k term (split_k_len > 0; the tile term on)."""
     return params.get("split_k_len", 0.0) > 0 and tiles_on(params)
+
+
+def l2_on(params: dict) -> bool:
+    """Whether ``params`` carry the GEMM's L2-residency term (l2_resident_bytes > 0)."""
+    return params.get("l2_resident_bytes", 0.0) > 0
 
 
 def k_splits(params: dict, k: float) -> float:
@@ -183,12 +192,20 @@ def tile_params_from_dict(raw: dict, file: str, where: str) -> dict[str, float]:
 def gemm_param_names(params: dict) -> tuple[str, ...]:
     """The optional GEMM parameters ``params`` carry (written with the fit)."""
     return ((TILE_PARAMS if tiles_on(params) else ()) + (REGIME_PARAMS if regimes_on(params) else ())
-            + (SPLIT_K_PARAMS if split_k_on(params) else ()))
+            + (SPLIT_K_PARAMS if split_k_on(params) else ()) + (L2_PARAMS if l2_on(params) else ()))
 
 
 def regime_and_split_params_from_dict(raw: dict, file: str, where: str) -> dict[str, float]:
-    """The kernel regimes' and split-k's parameters of a ``params`` mapping, validated ({} when absent)."""
-    return regime_params_from_dict(raw, file, where) | split_k_params_from_dict(raw, file, where)
+    """The kernel regimes', split-k's and L2 residency's parameters of a ``params`` mapping, validated
+    ({} when absent; the L2 term needs no tiles)."""
+    out = regime_params_from_dict(raw, file, where) | split_k_params_from_dict(raw, file, where)
+    l2 = [name for name in L2_PARAMS if raw.get(name) is not None]
+    for name in L2_PARAMS if l2 else ():
+        if name not in l2:
+            raise ConfigError(file, f"{where}.{name}", "missing: the L2-residency term needs " + ", ".join(L2_PARAMS)
+                              + " together")
+        out[name] = _checked(raw[name], L2_LIMITS[name], name, file, where)
+    return out
 
 
 def _group_on_tiles(raw: dict, names: tuple, limits: dict, file: str, where: str, missing: str,

@@ -13,11 +13,10 @@ roofline's hard max; a finite p says memory and compute overlap imperfectly near
 The efficiency ``x / (x + x_half)`` is how far the token dimension fills the tensor cores
 (a GEMM over 4 tokens pads its tiles to 16 or 64 rows). Kernels without FLOPs: bandwidth plus overhead.
 
-Optional terms, on when their parameters are present (older calibrations predict as before):
-the GEMM's tile and wave quantisation (``sm_count``, ``tile_m``, ``tile_n``), kernel regimes
-(``mid_max_m``) and split-k (``split_k_len``; sim/calib/gemm_tiles.py); decode attention's split-KV
-occupancy (``full_ctas``), prefill's head-dim / occupancy (``head_dim_half``) and GQA packing
-(``kv_reuse_len``; sim/calib/attention_terms.py).
+Optional terms, on when their parameters are present (older calibrations predict as before): the
+GEMM's tiles/waves (``sm_count``), regimes (``mid_max_m``), split-k (``split_k_len``; sim/calib/gemm_tiles.py),
+L2 residency (``l2_resident_bytes``; sim/calib/gemm_memory.py); decode's
+split-KV (``full_ctas``), prefill's head dim (``head_dim_half``), GQA (``kv_reuse_len``; sim/calib/attention_terms.py).
 
 A :class:`KernelFit` holds the fitted parameters, its cross-validated error and, optionally,
 a measured grid: where a query's shape matches a measured one on every field but the kernel's
@@ -36,9 +35,9 @@ from typing import Callable
 from sim.calib.attention_terms import (
     attention_param_names, attention_params_from_dict, decode_shape_s, prefill_efficiency, prefill_on,
     prefill_shape_gqa, smooth_max, split_on)
-from sim.calib.gemm_tiles import (
-    executed_flops, gemm_param_names, previous_regime_end, regime_and_split_params_from_dict, tile_params_from_dict,
-    tiles_on)
+from sim.calib.gemm_memory import memory_bytes
+from sim.calib.gemm_tiles import (executed_flops, gemm_param_names, previous_regime_end,
+                                  regime_and_split_params_from_dict, tile_params_from_dict, tiles_on)
 from sim.calib.numbers import number_in
 from sim.errors import ConfigError
 from sim.model.dtypes import DTYPE_BYTES
@@ -157,6 +156,8 @@ def analytic_s(params: dict[str, float], kernel: str, shape: Shape) -> float:
                                     shape["head_dim"], shape["num_kv_heads"])
         extra, cta_s = prefill_shape_gqa(params, shape)
         return roofline_s(params, nbytes + extra, flops, items, x) + cta_s
+    if KERNELS[kernel].tiled:  # the L2-residency term, when on (sim/calib/gemm_memory.py)
+        nbytes = memory_bytes(params, nbytes)
     if flops > 0 and KERNELS[kernel].tiled and tiles_on(params) and shape["m"] > 0 and shape["k"] > 0:
         flops = executed_flops(params, shape["m"], shape["n"], shape["k"])
         end = previous_regime_end(params, shape["m"])

@@ -56,6 +56,8 @@ from dataclasses import dataclass
 from sim.calib.calibration import Calibration
 from sim.calib.attention_terms import cold_l2, decode_split_s, prefill_efficiency, prefill_gqa, split_on
 from sim.calib.composition import Composition
+from sim.calib.gemm_memory import cold_l2 as gemm_cold_l2
+from sim.calib.gemm_tiles import l2_on as gemm_l2_on
 from sim.calib.kernel_models import KernelFit, analytic_s, roofline_s
 from sim.calib.precision import embedding_precision, gemm_precision
 from sim.cost.collectives import Collectives, build_collectives, collectives_s
@@ -113,8 +115,8 @@ class FittedCost:
         dtype = dtype or self.dtype
         if params is None or (n, k, dtype) in measured:
             return self.cal.predict("gemm", m=m, n=n, k=k, dtype=dtype)
-        if isinstance(params, KernelFit):  # the fitted form, its params scaled to the math mode
-            return params.analytic_s(m=m, n=n, k=k, dtype=dtype)
+        if isinstance(params, KernelFit):  # the fitted form, its params scaled to the math mode (read cold)
+            return params.predict(m=m, n=n, k=k, dtype=dtype)
         return analytic_s(params, "gemm", dict(m=m, n=n, k=k, dtype=dtype))
 
     def step_parts(self, shape: BatchShape) -> dict[str, float]:
@@ -203,18 +205,19 @@ def _gemm_precision(cal: Calibration, weight_dtype: str | None, weight_dtype_byt
     The form is the fitted gemm with its params scaled (a plain roofline without a fitted gemm).
     ``gp``: the GemmPrecision when the caller has it (the layers' or the lm_head's)."""
     gp = gp or gemm_precision(cal, weight_dtype, weight_dtype_bytes, compute_dtype)
-    if cal.precision is None:
-        return None, None, frozenset(), gp.act_bytes
+    fit = cal.kernels.get("gemm")
+    if cal.precision is None:  # the fitted gemm as it is, its weights read cold (sim/calib/gemm_memory.py)
+        cold = fit is not None and gemm_l2_on(fit.params)
+        return None, dataclasses.replace(fit, params=gemm_cold_l2(fit.params)) if cold else None, frozenset(), gp.act_bytes
     if gp.weight_only:
         dtype = weight_dtype or dtype_name(weight_dtype_bytes)
     elif gp.compute in ("bf16", "fp16", "fp16-acc16"):
         dtype = dtype_name(weight_dtype_bytes)  # 16-bit GEMMs: the legacy name (bf16 and fp16 run alike)
     else:
         dtype = gp.compute
-    params = dict(cal.kernel_params("gemm"))
+    params = gemm_cold_l2(dict(cal.kernel_params("gemm")))  # a step reads its weights cold
     params["flops_per_s"] *= cal.precision.speedup(gp.compute)
     params["bandwidth_bytes_per_s"] *= gp.weight_read_efficiency
-    fit = cal.kernels.get("gemm")
     if fit is None:
         return dtype, params, frozenset(), gp.act_bytes
     # torch.matmul measures fp16 with fp32 accumulate: fp16-acc16 always takes the scaled form
