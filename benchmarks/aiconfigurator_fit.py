@@ -2,6 +2,7 @@
 
     python benchmarks/aiconfigurator_fit.py [--systems h100_sxm h200_sxm ...] [--backend vllm]
         [--kernels gemm prefill_attention decode_attention] [--split-k] [--gemm-l2] [--decode-l2]
+        [--decode-mha auto|on|off]
 
 Needs the [import] extra (aiconfigurator-core, pandas, pyarrow). For each system it converts the
 tables as ``microbench import aiconfigurator`` does and reports, per kernel, the MAPE of the
@@ -19,6 +20,9 @@ analytic form (microbench.fit, the GEMM with its tile/wave term) on held-out dat
 - ``--gemm-l2``: the GEMM fitted with the L2-residency term too (sim/calib/gemm_memory.py);
 - ``--decode-l2``: decode attention fitted with the L2-residency term (sim/calib/attention_terms.py;
   off in the shipped calibrations, see benchmarks/RESULTS.md);
+- ``--decode-mha``: decode attention's query-group swap term (FlashAttention-2's MHA unsplit, GQA's
+  swap copies; sim/calib/attention_terms.py): ``auto`` (the default, as ``microbench fit``) on the
+  tables of FlashAttention-2's varlen decode only, ``on`` / ``off`` on every table or none;
 - ``cross-GPU``: H100 SXM's fit with its bandwidth scaled by the datasheets' HBM ratio (FLOP/s
   kept: the same die), predicting H200 SXM's measurements, against H200's own held-out figure.
 """
@@ -95,8 +99,11 @@ def main() -> int:
     ap.add_argument("--split-k", action="store_true", help="fit the GEMM with the split-k term")
     ap.add_argument("--gemm-l2", action="store_true", help="fit the GEMM with the L2-residency term")
     ap.add_argument("--decode-l2", action="store_true", help="fit decode attention with the L2-residency term")
+    ap.add_argument("--decode-mha", choices=("auto", "on", "off"), default="auto",
+                    help="decode attention's query-group swap term: on FlashAttention-2's tables (auto), always, never")
     args = ap.parse_args()
     microbench.attention_fit.DECODE_L2 = args.decode_l2
+    microbench.attention_fit.DECODE_MHA = {"auto": None, "on": True, "off": False}[args.decode_mha]
     rows, data = {}, {}
     for system in args.systems:
         t0 = time.perf_counter()

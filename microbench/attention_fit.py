@@ -25,12 +25,19 @@ _PREFILL_FREE = ("bandwidth_bytes_per_s", "flops_per_s", "x_half", "overhead_s",
 _FREE = ("bandwidth_bytes_per_s", "flops_per_s", "overhead_s", "item_s", "sharpness",
          "unit_s", "split_len", "max_splits", "full_ctas")
 _L2_FREE = ("l2_bytes", "l2_bandwidth_bytes_per_s", "l2_sharpness")
+_MHA_FREE = ("mha_full_ctas", "mha_overhead_s", "swap_s")
+#: the kernels (the records' ``impl``) that run FlashAttention-2's varlen decode, whose query-group
+#: swap the unsplit-MHA term describes: vLLM's vllm_flash_attn on A100 (sm80 builds FA2) and its FA2 on L40S
+FA2_VARLEN_IMPLS = ("vllm_flash_attn", "vllm_flash_attn_fa2")
+#: whether fit_decode_split fits the unsplit-MHA term: None, on records of FA2_VARLEN_IMPLS (benchmarks/RESULTS.md)
+DECODE_MHA: bool | None = None
 #: whether fit_decode_split fits the L2-residency term by default (benchmarks/RESULTS.md, 2026-12-07)
 DECODE_L2 = False
 _BOUNDS = {"l2_bytes": (1e5, 1e10), "l2_bandwidth_bytes_per_s": (1e9, 1e15), "l2_sharpness": (0.5, 50.0),
            "head_dim_half": (1e-3, 1e5), "full_q_ctas": (1.0, 1e6), "cta_s": (1e-12, 1e-3),
            "kv_reuse_len": (1e-3, 1e7), "max_reread": (1e-3, 1e4), "unit_s": (1e-10, 1.0), "split_len": (1.0, 1e6),
-           "max_splits": (1.0, 1e4), "full_ctas": (1.0, 1e6)}
+           "max_splits": (1.0, 1e4), "full_ctas": (1.0, 1e6), "mha_full_ctas": (1.0, 1e6),
+           "mha_overhead_s": (1e-9, 1e-2), "swap_s": (1e-10, 1e-2)}
 
 
 def _columns(records: list[dict]) -> tuple[np.ndarray, ...]:
@@ -47,9 +54,13 @@ def _model(block: float, records: list[dict]):
     c_pad = np.ceil(c / block - 1e-9) * block
     kv_bytes, q_bytes, flops = n * c_pad * 2 * hk * d * b, n * 2 * hq * d * b, 4.0 * n * c_pad * hq * d
 
+    mha, swapped = hq == hk, (hq > hk) & (hk > 1) & (n > 1)
+
     def model(p: dict) -> np.ndarray:
         splits = np.minimum(np.maximum(1.0, c_pad / p["split_len"]), p["max_splits"])
         occ = np.minimum(1.0, n * hk * splits / p["full_ctas"])
+        if p.get("mha_full_ctas", 0.0) > 0:  # attention_terms: MHA unsplit, its own CTA count
+            occ = np.where(mha, np.minimum(1.0, n * hk / p["mha_full_ctas"]), occ)
         bw = p["bandwidth_bytes_per_s"]
         if p.get("l2_bytes", 0.0) > 0:  # attention_terms.l2_seconds_per_byte
             hit = 1.0 / (1.0 + (kv_bytes / p["l2_bytes"]) ** p["l2_sharpness"])
@@ -59,17 +70,26 @@ def _model(block: float, records: list[dict]):
         comp = flops / p["flops_per_s"]
         hi, lo = np.maximum(mem, comp), np.minimum(mem, comp)
         s = p["sharpness"]
-        return p["overhead_s"] + p["item_s"] * n + p["unit_s"] * n * hk + hi * (1.0 + (lo / hi) ** s) ** (1.0 / s)
+        fixed = p["overhead_s"]
+        if p.get("mha_full_ctas", 0.0) > 0:
+            fixed = np.where(mha, p["mha_overhead_s"], fixed + np.where(swapped, p["swap_s"], 0.0))
+        return fixed + p["item_s"] * n + p["unit_s"] * n * hk + hi * (1.0 + (lo / hi) ** s) ** (1.0 / s)
 
     return model
 
 
-def fit_decode_split(records: list[dict], bounds: dict, f_scale: float, l2: bool | None = None
-                     ) -> tuple[dict[str, float], float]:
+def fit_decode_split(records: list[dict], bounds: dict, f_scale: float, l2: bool | None = None,
+                     mha: bool | None = None) -> tuple[dict[str, float], float]:
     """(parameters, robust loss) of the split-KV form on ``records``, the best KV tile of KV_BLOCKS;
-    with ``l2`` (default DECODE_L2) the L2-residency term's three parameters fitted too."""
+    with ``l2`` (default DECODE_L2) the L2-residency term's three parameters fitted too, with ``mha``
+    (default DECODE_MHA; None: where every record's kernel is one of FA2_VARLEN_IMPLS) the query-group
+    swap term's, where some records have one query head per KV head."""
     l2 = DECODE_L2 if l2 is None else l2
-    free = _FREE + (_L2_FREE if l2 else ())
+    mha = DECODE_MHA if mha is None else mha
+    if mha is None:
+        mha = all(r.get("impl") in FA2_VARLEN_IMPLS for r in records)
+    mha = mha and any(r["num_q_heads"] == r["num_kv_heads"] for r in records)
+    free = _FREE + (_L2_FREE if l2 else ()) + (_MHA_FREE if mha else ())
     from scipy.optimize import least_squares  # noqa: PLC0415
 
     t = np.array([r["time_s"] for r in records], dtype=float)
@@ -80,7 +100,8 @@ def fit_decode_split(records: list[dict], bounds: dict, f_scale: float, l2: bool
              "flops_per_s": float(np.max(4.0 * n * c * hq * d / t)) * 1.5 or 1e12,
              "overhead_s": float(np.min(t)) * 0.5, "item_s": float(np.min(t)) * 1e-3, "sharpness": 4.0,
              "unit_s": float(np.min(t)) * 1e-3, "split_len": 256.0, "max_splits": 32.0, "full_ctas": 64.0,
-             "l2_bytes": 32e6, "l2_sharpness": 4.0}
+             "l2_bytes": 32e6, "l2_sharpness": 4.0, "mha_full_ctas": 64.0,
+             "mha_overhead_s": float(np.min(t)) * 0.5, "swap_s": float(np.min(t)) * 0.1}
     guess["l2_bandwidth_bytes_per_s"] = 3.0 * guess["bandwidth_bytes_per_s"]
     all_bounds = {**bounds, **_BOUNDS}
     lo = np.log([all_bounds[p][0] for p in free])
@@ -157,4 +178,11 @@ def describe_split(p: dict) -> str:
         return ""
     return (f"split-KV: {p['kv_block']:.0f}-token KV tiles, splits of {p['split_len']:.0f} tokens up to "
             f"{p['max_splits']:.0f}, full bandwidth from {p['full_ctas']:.0f} CTAs, {p['unit_s'] * 1e9:.1f} ns "
-            f"per (sequence, KV head)")
+            f"per (sequence, KV head)" + _describe_swap(p))
+
+
+def _describe_swap(p: dict) -> str:
+    if not p.get("mha_full_ctas", 0) > 0:
+        return ""
+    return (f"; MHA unsplit, full bandwidth from {p['mha_full_ctas']:.0f} CTAs, {p['mha_overhead_s'] * 1e6:.1f} us "
+            f"fixed; GQA's swapped query and output copied: {p['swap_s'] * 1e6:.1f} us")

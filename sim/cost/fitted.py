@@ -145,7 +145,8 @@ class FittedCost:
             parts["decode_attention"] = L * (roofline_s(self.decode, nbytes, flops, num_decode_tokens, math.inf)
                                              if not split_on(self.decode) else decode_split_s(
                 self.decode, num_decode_tokens, shape.decode_kv_tokens, self.kv_heads, self.kv_bytes_per_token_layer,
-                num_decode_tokens * self.q_bytes_per_token_layer, self.attn_flops_per_pair_layer))
+                num_decode_tokens * self.q_bytes_per_token_layer, self.attn_flops_per_pair_layer,
+                mha=self.q_heads == self.kv_heads))
         if num_prefill_tokens > 0:
             nbytes = (shape.prefill_kv_tokens * self.kv_bytes_per_token_layer
                       + num_prefill_tokens * self.q_bytes_per_token_layer)

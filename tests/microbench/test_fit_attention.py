@@ -167,3 +167,35 @@ def test_the_simulated_step_reads_the_kv_without_the_l2_term() -> None:
     assert warm.analytic_s(**shape) < 0.7 * cold  # 8 x 4,096 tokens x 8 KV heads: 134 MB, in a 1 GB L2
     assert build_fitted_cost(model, cal).step_parts(step)["decode_attention"] == pytest.approx(
         model.num_layers * cold, rel=1e-9)
+
+
+def test_decode_fit_recovers_the_query_group_swap_term() -> None:
+    """MHA unsplit at 70 CTAs with a 9 us fixed cost, GQA's copies 6 us: the fit finds all three."""
+    from microbench.attention_fit import fit_decode_split
+    from microbench.fit import BOUNDS, F_SCALE
+
+    truth = KernelFit("decode_attention", {**DECODE, "full_ctas": 60.0, "mha_full_ctas": 70.0,
+                                           "mha_overhead_s": 9e-6, "swap_s": 6e-6})
+    recs = []
+    for n, c, (hq, hk), d in itertools.product((1, 2, 4, 32, 256), (2, 100, 1024, 8192, 65536),
+                                                ((1, 1), (8, 8), (8, 1), (32, 8)), (64, 128)):
+        shape = dict(num_seqs=n, context_len=c, num_q_heads=hq, num_kv_heads=hk, head_dim=d, block_size=16,
+                     dtype="bf16")
+        recs.append({"kernel": "decode_attention", **shape, "time_s": truth.analytic_s(**shape)})
+    params, _ = fit_decode_split(recs, BOUNDS, F_SCALE, mha=True)
+    assert mape(params, "decode_attention", recs) < 0.01
+    assert params["mha_full_ctas"] == pytest.approx(70.0, rel=0.1)
+    assert params["mha_overhead_s"] == pytest.approx(9e-6, rel=0.1)
+    assert params["swap_s"] == pytest.approx(6e-6, rel=0.15)
+    # without it one split kernel must serve both: several times worse on the same records
+    plain, _ = fit_decode_split(recs, BOUNDS, F_SCALE, mha=False)
+    assert "mha_full_ctas" not in plain
+    assert mape(plain, "decode_attention", recs) > 3 * mape(params, "decode_attention", recs)
+    # by default on the tables of FlashAttention-2's varlen decode only (the records' kernel)
+    fa2 = [{**r, "impl": "vllm_flash_attn_fa2"} for r in recs]
+    assert "mha_full_ctas" in fit_decode_split(fa2, BOUNDS, F_SCALE)[0]
+    fa3 = [{**r, "impl": "vllm_flash_attn_fa3"} for r in recs]
+    assert "mha_full_ctas" not in fit_decode_split(fa3, BOUNDS, F_SCALE)[0]
+    # records without an MHA shape leave the term off
+    gqa_only, _ = fit_decode_split([r for r in recs if r["num_q_heads"] > r["num_kv_heads"]], BOUNDS, F_SCALE, mha=True)
+    assert "mha_full_ctas" not in gqa_only
