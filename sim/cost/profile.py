@@ -237,7 +237,7 @@ PROFILES: dict[str, EngineProfile] = {
     ProfileName.SGLANG: EngineProfile(
         ProfileName.SGLANG, graph_mode=GraphMode.DECODE, max_graph_size=160, step_host_s=_PY_STEP_HOST_S,
         seq_host_s=_PY_SEQ_HOST_S, async_scheduling=True, chunked_prefill=True, prefix_caching=True,
-        frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
+        prefill_first=True, frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
         frontend_chat_request_s=_CHAT_SGLANG_S,
         custom_allreduce_bytes=coll.VLLM_CUSTOM_ALLREDUCE),
     ProfileName.TRTLLM: _TRTLLM,
