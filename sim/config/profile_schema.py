@@ -34,7 +34,8 @@ class ProfileOverrides(BaseModel):
     async_scheduling: bool | None = Field(
         None, description="Host work overlaps the device's: a step takes max(device, host), not their sum.")
     prefill_first: bool | None = Field(
-        None, description="vLLM V0: waiting prompts run first, in prefill-only steps that stall decodes.")
+        None, description="Waiting prompts run first, in prefill-only steps that stall decodes (vLLM V0; SGLang, whose "
+                          "prompt chunks run in steps of their own under chunked prefill).")
     output_processing: Annotated[OutputProcessing, Field(strict=False)] | None = Field(
         None, description="`separate` (a front-end process detokenises and streams) or `inline` (in the engine "
                           "loop, as vLLM V0).")

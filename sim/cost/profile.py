@@ -236,12 +236,14 @@ PROFILES: dict[str, EngineProfile] = {
         frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
         custom_allreduce_bytes=coll.VLLM_CUSTOM_ALLREDUCE),
     # SGLang: decode graphs (cuda_graph_max_bs; its default depends on the GPU, 160 taken),
-    # the overlap scheduler (host work hidden behind the previous step), chunked prefill,
-    # radix (prefix) cache, tokenizer and detokenizer in processes of their own.
+    # the overlap scheduler (host work hidden behind the previous step), chunked prefill in prefill-only
+    # steps (enable_mixed_chunk off by default: 0.4.0's get_next_batch_to_run runs a prefill batch first
+    # whenever one can be built, the decodes waiting), radix (prefix) cache, tokenizer and detokenizer
+    # in processes of their own.
     ProfileName.SGLANG: EngineProfile(
         ProfileName.SGLANG, graph_mode=GraphMode.DECODE, max_graph_size=160, step_host_s=_PY_STEP_HOST_S,
         seq_host_s=_PY_SEQ_HOST_S, async_scheduling=True, chunked_prefill=True, prefix_caching=True,
-        frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
+        prefill_first=True, frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
         frontend_chat_request_s=_CHAT_SGLANG_S,
         custom_allreduce_bytes=coll.VLLM_CUSTOM_ALLREDUCE),
     ProfileName.TRTLLM: _TRTLLM,

@@ -24,7 +24,10 @@ meanwhile waits for the round's end (a prefill step is a round of one step).
 
 ``chunked=True`` (``chunked-prefill``): prompts are split to fill the budget, and running
 decodes are served before running prefill chunks (decodes first, as Sarathi-Serve and
-vLLM's chunked prefill do), so long prompts do not stall token generation.
+vLLM's chunked prefill do), so long prompts do not stall token generation. With
+``prefill_first`` as well (SGLang's default, ``enable_mixed_chunk`` off): a step with a prompt
+chunk to run is a prefill-only step (the request being chunked first, then waiting ones FCFS,
+up to the budget) and the running decodes wait; a decode step admits nothing.
 """
 
 from __future__ import annotations
@@ -87,6 +90,32 @@ class ContinuousScheduler(SchedulerBase):
         out.decode_kv_tokens += decode_kv
         return budget
 
+    def _prefill_only_step(self, out: SchedulerOutput) -> bool:
+        """Chunked prefill-first (module docstring): the running requests' prompt chunks, then waiting
+        prompts FCFS, within one budget; True when a chunk was scheduled (the step is prefill-only).
+        A request that cannot get room preempts the running ones not scheduled (decodes included)."""
+        def left(r: Request) -> int:  # tokens still to compute
+            return r.num_prompt_tokens + r.num_generated - r.num_computed_tokens
+
+        def chunk(r: Request) -> bool:  # a prompt chunk to run (not a decode, nor a finished request)
+            n = left(r)
+            return n > 1 or (n == 1 and r.num_generated == 0)
+
+        order = sorted(self.running, key=lambda r: not chunk(r))  # prompt chunks first, in admission order
+        budget = self.max_num_batched_tokens
+        i = 0
+        while i < len(order) and budget > 0 and chunk(order[i]):
+            req = order[i]
+            n = min(left(req), budget)
+            if req.num_computed_tokens + n > req.slot_room and not self._make_room(order, i, req, n, out):
+                break  # req itself was preempted
+            out.add(req, n)
+            budget -= n
+            i += 1
+        if self.waiting and budget > 0 and not out.preempted:
+            self._admit_waiting(out, budget, True)
+        return bool(out.scheduled)
+
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput(budget=self.allocator.budget)
         in_round = self.block_left > 0 and self.running  # multi-step: the round's further steps
@@ -94,17 +123,19 @@ class ContinuousScheduler(SchedulerBase):
             self.block_left -= 1
         else:
             self.block_left = 0  # (a round whose requests all finished ends with them)
-        if not in_round and self.prefill_first and self.waiting and not self.swapped and not self.chunked:
+        if not in_round and self.prefill_first and not self.swapped and not self.chunked and self.waiting:
             self._admit_waiting(out, self.max_num_batched_tokens, False)
             if out.scheduled:
                 return out  # a prefill-only step
-        chunk_cap = self._prefill_cap() if self.long_prefill_token_threshold else 0
-        budget = self._schedule_running(out, self.max_num_batched_tokens, chunk_cap)
-        if not out.preempted and not in_round:
-            if self.swapped:  # (both phases do nothing on an empty queue)
-                budget = self._swap_in(out, budget)
-            if self.waiting:
-                self._admit_waiting(out, budget, self.chunked, chunk_cap)
+        prefills = not in_round and self.prefill_first and self.chunked and not self.swapped
+        if not (prefills and self._prefill_only_step(out)):  # (a chunked prefill-first step ran prompts only)
+            chunk_cap = self._prefill_cap() if self.long_prefill_token_threshold else 0
+            budget = self._schedule_running(out, self.max_num_batched_tokens, chunk_cap)
+            if not out.preempted and not in_round:
+                if self.swapped:  # (both phases do nothing on an empty queue)
+                    budget = self._swap_in(out, budget)
+                if self.waiting and not prefills:  # (chunked prefill-first: its decode steps admit nothing)
+                    self._admit_waiting(out, budget, self.chunked, chunk_cap)
         if self.scheduler_steps > 1 and not in_round:  # a round begins: all decodes, N steps
             all_decodes = out.scheduled and out.num_decode_tokens == len(out.scheduled)
             self.block_left = self.scheduler_steps - 1 if all_decodes else 0
