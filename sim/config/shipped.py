@@ -22,9 +22,10 @@ def available_scenarios() -> list[str]:
 
 def shipped_scenario(arg: str | Path) -> Path | None:
     """The shipped scenario ``arg`` names when no file ``arg`` exists: ``NAME``, ``NAME.yaml`` or
-    ``scenarios/NAME.yaml``; None otherwise."""
+    ``scenarios/NAME.yaml``; None otherwise. A folder of that name (``sim run chatbot`` where an
+    earlier ``--out chatbot`` made one) does not hide the shipped scenario."""
     path = Path(arg)
-    if path.exists() or path.is_symlink():
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
         return None
     parts = path.parts
     if len(parts) > 2 or (len(parts) == 2 and parts[0] != "scenarios"):

@@ -4,6 +4,7 @@ behind KV memory, and say which calibrations are measured."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from sim.cli.main import main
 
@@ -47,3 +48,16 @@ def test_a_bad_flag_is_one_line(capsys) -> None:
     assert main(["gpus", "--bogus"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "--bogus" in err[0]
+
+
+def test_a_folder_named_like_a_shipped_scenario_does_not_hide_it(tmp_path, monkeypatch) -> None:
+    from sim.config.shipped import resolve_scenario_path, shipped_scenarios_dir
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "chatbot").mkdir()  # e.g. an earlier run's --out chatbot
+    assert resolve_scenario_path("chatbot") == shipped_scenarios_dir() / "chatbot.yaml"
+    (tmp_path / "mine").mkdir()  # no shipped scenario of that name: the folder itself, refused later
+    assert resolve_scenario_path("mine") == Path("mine")
+    (tmp_path / "chatbot.yaml").write_text("name: mine\n")  # a file of that name is the user's own
+    assert resolve_scenario_path("chatbot.yaml").name == "chatbot.yaml"
+    assert resolve_scenario_path("chatbot.yaml").parent == Path(".")
