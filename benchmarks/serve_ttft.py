@@ -8,7 +8,7 @@ Both processes read CLOCK_MONOTONIC (asyncio's loop.time()), so serve.json's clo
 splits the difference: from the client's send to the server's arrival stamp (HTTP, both event
 loops), and from the token's due time to its receipt (the server's write lateness, then the
 client's parsing). For each request: the client's TTFT (from just before sending to the first token chunk,
-times the time scale: simulated seconds) against the simulator's TTFT for it; prints the
+times the time scale: simulated seconds; each client's connection opened beforehand unless --cold) against the simulator's TTFT for it; prints the
 absolute differences' mean, p50, p99 and max in milliseconds (simulated), the signed mean,
 and the server's largest loop lag. Also replays arrivals.csv with `sim run` and reports the
 largest difference between the served engine's TTFTs and `sim run`'s (the engine's own
@@ -16,6 +16,7 @@ exactness). Repeat with --repeats for the spread.
 
     python benchmarks/serve_ttft.py --clients 200 --requests 3 --repeats 3
     python benchmarks/serve_ttft.py --clients 200 --requests 3 --rate 100   # open loop, staggered
+    python benchmarks/serve_ttft.py --clients 200 --requests 3 --cold       # connections opened in the burst
     SERVE_PROFILE=/tmp/serve.prof python benchmarks/serve_ttft.py ...        # the server under cProfile
 """
 
@@ -88,6 +89,13 @@ async def load(base: str, args) -> list:
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         async with session.get(base + "/v1/models") as r:
             MODEL[0] = (await r.json())["data"][0]["id"]
+        if not args.cold:  # one open connection per client first: the first round then measures the
+            # server, not 200 TCP handshakes at once (cold, they put ~65 ms before the first round's stamps)
+            async def touch():
+                async with session.get(base + "/health") as r:
+                    await r.read()
+
+            await asyncio.gather(*(touch() for _ in range(args.clients)))
         # every request its own prompt (no prefix-cache hits: arrivals.csv's replay has none either)
         prompts = [[[rng.randrange(1, 128000) for _ in range(args.prompt_tokens)] for _ in range(args.requests)]
                    for _ in range(args.clients)]
@@ -192,6 +200,8 @@ def main() -> None:
     p.add_argument("--client", choices=("raw", "openai"), default="raw")
     p.add_argument("--rate", type=float, default=0.0,
                    help="open loop instead: clients x requests requests at this many per wall second (raw client)")
+    p.add_argument("--cold", action="store_true",
+                   help="no connection warm-up: each client's first request also opens its TCP connection")
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("serve_args", nargs="*", help="more `sim serve` flags (after --)")
     args = p.parse_args()
