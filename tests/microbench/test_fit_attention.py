@@ -22,11 +22,12 @@ PREFILL = {"bandwidth_bytes_per_s": 1.5e12, "flops_per_s": 1e15, "x_half": 20.0,
 TILES = GemmTiles(132)
 
 
-def _decode_records() -> list[dict]:
-    truth = KernelFit("decode_attention", DECODE)
+def _decode_records(params: dict = DECODE, seqs=(1, 4, 32, 256), contexts=(16, 100, 1024, 8192, 65536),
+                    heads=((8, 1), (32, 8))) -> list[dict]:
+    """Decode records timed by the form itself with ``params``, over the grid of shapes given."""
+    truth = KernelFit("decode_attention", params)
     out = []
-    for n, c, (hq, hk), d in itertools.product((1, 4, 32, 256), (16, 100, 1024, 8192, 65536), ((8, 1), (32, 8)),
-                                                (64, 128)):
+    for n, c, (hq, hk), d in itertools.product(seqs, contexts, heads, (64, 128)):
         shape = dict(num_seqs=n, context_len=c, num_q_heads=hq, num_kv_heads=hk, head_dim=d, block_size=16,
                      dtype="bf16")
         out.append({"kernel": "decode_attention", **shape, "time_s": truth.analytic_s(**shape)})
@@ -126,14 +127,8 @@ def test_decode_fit_recovers_the_l2_residency_term() -> None:
     from microbench.attention_fit import fit_decode_split
     from microbench.fit import BOUNDS, F_SCALE
 
-    truth = KernelFit("decode_attention", {**DECODE, "l2_bytes": 40e6, "l2_bandwidth_bytes_per_s": 9e12,
-                                           "l2_sharpness": 6.0})
-    recs = []
-    for n, c, (hq, hk), d in itertools.product((1, 4, 32, 256), (16, 100, 400, 1024, 2048, 8192, 65536),
-                                                ((8, 1), (32, 8)), (64, 128)):
-        shape = dict(num_seqs=n, context_len=c, num_q_heads=hq, num_kv_heads=hk, head_dim=d, block_size=16,
-                     dtype="bf16")
-        recs.append({"kernel": "decode_attention", **shape, "time_s": truth.analytic_s(**shape)})
+    recs = _decode_records({**DECODE, "l2_bytes": 40e6, "l2_bandwidth_bytes_per_s": 9e12, "l2_sharpness": 6.0},
+                           contexts=(16, 100, 400, 1024, 2048, 8192, 65536))
     params, _ = fit_decode_split(recs, BOUNDS, F_SCALE, l2=True)
     assert mape(params, "decode_attention", recs) < 0.01
     assert params["l2_bytes"] == pytest.approx(40e6, rel=0.15)
@@ -174,14 +169,9 @@ def test_decode_fit_recovers_the_query_group_swap_term() -> None:
     from microbench.attention_fit import fit_decode_split
     from microbench.fit import BOUNDS, F_SCALE
 
-    truth = KernelFit("decode_attention", {**DECODE, "full_ctas": 60.0, "mha_full_ctas": 70.0,
-                                           "mha_overhead_s": 9e-6, "swap_s": 6e-6})
-    recs = []
-    for n, c, (hq, hk), d in itertools.product((1, 2, 4, 32, 256), (2, 100, 1024, 8192, 65536),
-                                                ((1, 1), (8, 8), (8, 1), (32, 8)), (64, 128)):
-        shape = dict(num_seqs=n, context_len=c, num_q_heads=hq, num_kv_heads=hk, head_dim=d, block_size=16,
-                     dtype="bf16")
-        recs.append({"kernel": "decode_attention", **shape, "time_s": truth.analytic_s(**shape)})
+    recs = _decode_records({**DECODE, "full_ctas": 60.0, "mha_full_ctas": 70.0, "mha_overhead_s": 9e-6,
+                            "swap_s": 6e-6}, seqs=(1, 2, 4, 32, 256), contexts=(2, 100, 1024, 8192, 65536),
+                           heads=((1, 1), (8, 8), (8, 1), (32, 8)))
     params, _ = fit_decode_split(recs, BOUNDS, F_SCALE, mha=True)
     assert mape(params, "decode_attention", recs) < 0.01
     assert params["mha_full_ctas"] == pytest.approx(70.0, rel=0.1)
