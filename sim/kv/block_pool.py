@@ -48,6 +48,9 @@ class BlockPool:
         self.duplicates = duplicates
         self._more: dict[int, dict[int, None]] = {}
         self.num_cached_free = 0  # free blocks that still carry a hash
+        # ``pop_free_many`` may do ``_evict``'s work itself (a subclass that extends it may not).
+        self._plain_evict = type(self)._evict is BlockPool._evict
+        self._plain_touch = type(self).touch is BlockPool.touch and not getattr(self._free, "hears_hits", True)
         self.num_evictions = 0
 
     @property
@@ -81,9 +84,24 @@ class BlockPool:
             return blocks
         hashes = list(map(block_hash.__getitem__, blocks))
         evicted = count - hashes.count(None)
-        if evicted:
+        if not evicted:
+            for block in blocks:
+                ref_cnt[block] = 1
+            return blocks
+        if not self._plain_evict:  # a pool that hears of each eviction (sim/kv/offload.py)
             self._evict(blocks, hashes, evicted)
+            for block in blocks:
+                ref_cnt[block] = 1
+            return blocks
+        # ``_evict`` and the reference counts in one pass over the blocks
+        self.num_cached_free -= evicted
+        self.num_evictions += evicted
+        if evicted > hashes.count(ANON):  # some were in the map
+            for block, h in zip(blocks, hashes):
+                if h is not None and h != ANON:
+                    self._unmap(block, h)
         for block in blocks:
+            block_hash[block] = None
             ref_cnt[block] = 1
         return blocks
 
@@ -189,15 +207,45 @@ class BlockPool:
             for block in blocks:
                 self._free.on_cached(block)
 
-    def release(self, blocks: list[int], sole: int = 0) -> None:
+    def touch_many(self, blocks: list[int]) -> None:
+        """``touch`` each of ``blocks``, in order (a request's cache hits at admission)."""
+        if not self._plain_touch:  # a queue that orders by hits, or a pool that extends ``touch``
+            for block in blocks:
+                self.touch(block)
+            return
+        ref_cnt, remove = self.ref_cnt, self._free.remove
+        for block in blocks:
+            r = ref_cnt[block]
+            if not r:
+                remove(block)
+                self.num_cached_free -= 1
+            ref_cnt[block] = r + 1
+
+    def release(self, blocks: list[int], sole: int = 0, anon: tuple[int, int] = (0, 0)) -> None:
         """Drop one reference from each block, in the order given (pass tail first).
         ``sole``: the first that many hold their last one (a request's own blocks:
-        sim/kv/paged.py's ``free``), so they are freed without looking."""
+        sim/kv/paged.py's ``free``), so they are freed without looking. ``anon``: the
+        positions ``(a, b)`` (``b <= sole``) of blocks without a hash to ``cache_anon`` first,
+        done in the same pass."""
         ref_cnt = self.ref_cnt
+        a, b = anon
+        if a < b and (b > sole or self._cached_apart):
+            self.cache_anon(blocks[a:b])
+            a = b = 0
         if sole:
             freed = blocks[:sole]
-            for block in freed:
-                ref_cnt[block] = 0
+            if a < b:  # cache_anon(blocks[a:b]) in the same pass
+                block_hash = self.block_hash
+                for block in freed[:a]:
+                    ref_cnt[block] = 0
+                for block in freed[a:b]:
+                    ref_cnt[block] = 0
+                    block_hash[block] = ANON
+                for block in freed[b:]:
+                    ref_cnt[block] = 0
+            else:
+                for block in freed:
+                    ref_cnt[block] = 0
             if sole < len(blocks):
                 rest = blocks[sole:]
                 for block in rest:

@@ -42,6 +42,8 @@ class _ListQueue:
     """Blocks in a list and the index of its front: taking blocks off the front is one slice,
     freeing them one ``extend``; the popped front is dropped from the list now and then."""
 
+    hears_hits = True  # ``on_hit`` must be called on every cache hit
+
     compact_after = 4096  # popped entries dropped from the list's front past this many
 
     def __init__(self, blocks: range) -> None:
@@ -75,6 +77,7 @@ class _ListQueue:
 
 class LRUQueue(_ListQueue):
     cached_apart = False  # ``on_cached`` does nothing: the order ignores which blocks are cached
+    hears_hits = False  # ``on_hit`` does nothing (the pool may skip it)
 
     """Blocks in the order they were freed, the least recently freed first (a
     :class:`_ListQueue`). A cache hit on a free block (``remove``) leaves its entry in place,

@@ -10,6 +10,14 @@ from __future__ import annotations
 
 from sim.request import Request
 
+#: (segment id, block size) -> the chained hashes of the full blocks at the start of a
+#: sequence that begins with that segment: they depend on nothing else, and a shared system
+#: prompt begins many requests. Cleared when it would hold more than MEMO_BLOCKS hashes
+#: (unshared first segments would fill it otherwise).
+_FIRST: dict[tuple[int, int], list[int]] = {}
+MEMO_BLOCKS = 1 << 16
+_memo_blocks = [0]  # hashes held in _FIRST
+
 
 def extend_block_hashes(req: Request, num_full_blocks: int, block_size: int) -> list[int]:
     """Make ``req.block_hashes`` cover at least ``num_full_blocks`` blocks; return it.
@@ -31,6 +39,29 @@ def extend_block_hashes(req: Request, num_full_blocks: int, block_size: int) -> 
             hashes.append(prev)
             pos += block_size
         return hashes
+    if not start_block:  # the blocks inside the first segment: hashed once for every request that begins with it
+        first_id, first_len = req.prompt_segments[0] if req.prompt_segments else (0, 0)
+        inside = first_len // block_size
+        if inside > 1:
+            key = (first_id, block_size)
+            memo = _FIRST.get(key)
+            if memo is None or len(memo) < inside:
+                prev = memo[-1] if memo else 0
+                memo = list(memo) if memo else []
+                for i in range(len(memo), inside):
+                    prev = hash((prev, ((first_id, i * block_size, block_size),)))
+                    memo.append(prev)
+                held = _memo_blocks[0] + inside - (len(_FIRST[key]) if key in _FIRST else 0)
+                if held > MEMO_BLOCKS:
+                    _FIRST.clear()
+                    held = inside
+                _FIRST[key] = memo
+                _memo_blocks[0] = held
+            hashes += memo[:inside if inside < num_full_blocks else num_full_blocks]
+            start_block = len(hashes)
+            if num_full_blocks <= start_block:
+                return hashes
+            pos = start_block * block_size
     seg_start = 0
     pieces: list[tuple[int, int, int]] = []
     prev = hashes[-1] if hashes else 0

@@ -105,10 +105,10 @@ class PagedAllocator:
         cached_blocks: list[int] = []
         if num_cached_tokens:
             assert not table and num_cached_tokens % B == 0, "cache hits only on admission"
-            cached_blocks = [pool.get_cached(h) for h in req.block_hashes[: num_cached_tokens // B]]
+            cached_blocks = list(map(pool.get_cached, req.block_hashes[: num_cached_tokens // B]))
         need = target - len(table) - len(cached_blocks)
         # Cached blocks sitting in the free queue stop being free once touched.
-        revived = sum(1 for b in cached_blocks if pool.ref_cnt[b] == 0) if cached_blocks else 0
+        revived = list(map(pool.ref_cnt.__getitem__, cached_blocks)).count(0) if cached_blocks else 0
         free = pool.num_free - revived - -(-keep_free_slots // B)
         if need > free:
             return False
@@ -117,8 +117,8 @@ class PagedAllocator:
         if fresh:
             self.num_queried_tokens += req.num_tokens
             self.num_hit_tokens += num_cached_tokens
-        for b in cached_blocks:
-            pool.touch(b)
+        if cached_blocks:
+            pool.touch_many(cached_blocks)
         table.extend(cached_blocks)
         if need > 0:
             table.extend(pool.pop_free_many(need))
@@ -218,9 +218,11 @@ class PagedAllocator:
             if self._defer and req.own_from is not None:
                 # Its own blocks (from own_from's on) were taken fresh and found by no lookup
                 # (none had a hash): it holds their only reference.
-                sole = len(table) - req.own_from // self.block_size
-                self._cache_own_blocks(req, table, done, hashed_tokens)
-                self.pool.release(table[::-1], sole if sole > 0 else 0)  # tail first
+                n = len(table)
+                sole = n - req.own_from // self.block_size
+                lo, hi = self._cache_own_blocks(req, table, done, hashed_tokens)
+                # tail first; its blocks lo to hi (own blocks: among the sole) marked ANON in the same pass
+                self.pool.release(table[::-1], sole if sole > 0 else 0, (n - hi, n - lo))
                 return
             if hashed_tokens is not None and self.prefix_caching:
                 pool = self.pool
@@ -230,11 +232,12 @@ class PagedAllocator:
             self.pool.release(table[::-1])  # tail first: evicted before the shared prefix
 
     def _cache_own_blocks(self, req: Request, table: list[int], done: int,
-                          hashed_tokens: int | None = None) -> None:
+                          hashed_tokens: int | None = None) -> tuple[int, int]:
         """At ``free``: the hashes its own blocks would have got as they filled (every full,
         computed block: ``num_computed_tokens`` is the last step's total, or ``hashed_tokens``),
         in block order. Nothing else can have cached them (the tokens were its own). A
-        finished request no later turn repeats marks them ``ANON`` instead: cached, never found."""
+        finished request no later turn repeats marks them ``ANON`` instead: cached, never found
+        (the blocks returned, ``table[lo:hi]``, for ``free`` to mark as it releases them)."""
         computed = req.num_computed_tokens if hashed_tokens is None else hashed_tokens
         n_full = min(computed, req.num_tokens) // self.block_size
         hashed = n_full  # blocks hashed for real; the rest (own blocks only) are ANON
@@ -242,9 +245,8 @@ class PagedAllocator:
             hashed = max(done, min(n_full, self._own_block(req)))
         if hashed > done:
             self._hash_blocks(req, table, done, hashed)
-        if n_full > hashed:
-            self.pool.cache_anon(table[hashed:n_full])
         req.own_from = None  # hashed now: if it comes back, its blocks may be in the cache
+        return (hashed, n_full) if n_full > hashed else (0, 0)  # ``cache_anon``'s blocks: ``free`` marks them
 
     # -- accounting -----------------------------------------------------------------------
 
