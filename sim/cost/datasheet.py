@@ -220,7 +220,16 @@ class DatasheetCost:
             r /= self.attention_ranks  # each GPU reads its own requests' KV (step_time_s's same float)
         c = 0.0 if self.collectives is None else collectives_s(self.collectives, num_tokens, num_seqs)
         if self.decode_attn_s_per_pair > 0.0:  # step_time_s's floats, the math term after the collectives
-            return lambda kv: t0 + kv * g * r + c + self._decode_math_s(kv, kv * g * r)
+            a = self.decode_attn_s_per_pair if self.attention_ranks == 1 else self.decode_attn_s_per_pair / self.attention_ranks
+
+            def with_math(kv: int) -> float:  # _decode_math_s inlined: max(0.0, kv * a - reads) for kv > 0
+                reads = kv * g * r
+                t = t0 + reads + c
+                if kv <= 0:
+                    return t + 0.0
+                m = kv * a - reads
+                return t + (m if m > 0.0 else 0.0)
+            return with_math
         if g != 1.0:  # (kv x g) x r: step_time_s's float
             return lambda kv: t0 + kv * g * r + c
         if self.collectives is None:
@@ -242,10 +251,13 @@ class DatasheetCost:
         return num_bytes / self.pcie_bandwidth_bytes_per_s + copies * PCIE_COPY_LATENCY_S
 
 
+_INF = float("inf")
+
+
 def smax(a: float, b: float, p: float) -> float:
     """(a^p + b^p)^(1/p) for a, b >= 0: max(a, b) when p is inf or either is 0."""
     hi, lo = (a, b) if a >= b else (b, a)
-    if lo <= 0.0 or p == float("inf"):
+    if lo <= 0.0 or p == _INF:
         return hi
     return hi * (1.0 + (lo / hi) ** p) ** (1.0 / p)
 

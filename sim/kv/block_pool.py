@@ -19,7 +19,8 @@ pop from the front), standing in for vLLM's doubly linked list.
 
 from __future__ import annotations
 
-from sim.kv.eviction import PlainQueue, PrefixEviction, make_free_queue
+from sim.kv.eviction import PrefixEviction, make_free_queue
+from sim.kv.plain_pool import PlainBlockPool
 
 #: The hash of a block cached for no one: it counts as cached (an eviction when reused) but
 #: no lookup can find it (``hash`` never returns -1). sim/kv/paged.py's own blocks of a
@@ -227,7 +228,7 @@ class BlockPool:
         sim/kv/paged.py's ``free``), so they are freed without looking. ``anon``: the
         positions ``(a, b)`` (``b <= sole``) of blocks without a hash to ``cache_anon`` first,
         done in the same pass."""
-        ref_cnt = self.ref_cnt
+        ref_cnt, block_hash = self.ref_cnt, self.block_hash
         a, b = anon
         if a < b and (b > sole or self._cached_apart):
             self.cache_anon(blocks[a:b])
@@ -235,27 +236,30 @@ class BlockPool:
         if sole:
             freed = blocks[:sole]
             if a < b:  # cache_anon(blocks[a:b]) in the same pass
-                block_hash = self.block_hash
-                for block in freed[:a]:
+                head, marked = freed[:a], freed[a:b]
+                for block in head:
                     ref_cnt[block] = 0
-                for block in freed[a:b]:
+                for block in marked:
                     ref_cnt[block] = 0
                     block_hash[block] = ANON
                 for block in freed[b:]:
                     ref_cnt[block] = 0
+                hashes = list(map(block_hash.__getitem__, head)) + [ANON] * (b - a)  # (then the rest's)
             else:
                 for block in freed:
                     ref_cnt[block] = 0
+                hashes = []
             if sole < len(blocks):
                 rest = blocks[sole:]
                 for block in rest:
                     ref_cnt[block] -= 1
                 freed += [block for block in rest if not ref_cnt[block]]  # in the same order
+            hashes += map(block_hash.__getitem__, freed[len(hashes):])
         else:
             for block in blocks:
                 ref_cnt[block] -= 1
             freed = [block for block in blocks if not ref_cnt[block]]  # in the same order
-        hashes = list(map(self.block_hash.__getitem__, freed))
+            hashes = list(map(block_hash.__getitem__, freed))
         self.num_cached_free += len(freed) - hashes.count(None)
         self._push_hashed(freed, hashes)
 
@@ -275,57 +279,6 @@ class BlockPool:
         for h, later in self._more.items():
             assert later and h in self._cached, "a duplicate without a first block"
             assert all(self.block_hash[b] == h for b in later), "duplicates and block hashes disagree"
-
-
-class PlainBlockPool:
-    """The pool when no block is ever cached (prefix caching off). No block is then shared,
-    so a block is in use exactly when it is out of the free queue (a :class:`PlainQueue`):
-    the pool keeps no per-block state, and taking or freeing blocks is one list operation.
-    ``ref_cnt`` is derived on demand (for checks and tests)."""
-
-    caching = False
-    num_cached_free = 0
-    num_evictions = 0
-
-    def __init__(self, num_blocks: int) -> None:
-        if num_blocks <= 0:
-            raise ValueError(f"num_blocks must be positive, got {num_blocks}")
-        self.num_blocks = num_blocks
-        self._free = PlainQueue(range(num_blocks))
-        # Taking and freeing blocks are the queue's own operations (no per-block state here).
-        self.pop_free_many = self._free.pop_many
-        self.release = self._free.push_plain
-
-    @property
-    def num_free(self) -> int:
-        return len(self._free)
-
-    @property
-    def ref_cnt(self) -> list[int]:
-        refs = [1] * self.num_blocks
-        for block in self._free:
-            refs[block] = 0
-        return refs
-
-    def pop_free(self) -> int:
-        return self._free.pop()
-
-    def get_cached(self, h: int) -> None:
-        return None
-
-    def touch(self, block: int) -> None:
-        raise AssertionError("no block is shared when nothing is cached")
-
-    def cache(self, block: int, h: int) -> None:
-        raise AssertionError("a pool built without caching got a hash")
-
-    def free_order(self) -> list[int]:
-        return list(self._free)
-
-    def check_invariants(self) -> None:
-        free = list(self._free)
-        assert len(set(free)) == len(free), "a block is freed twice"
-        assert all(0 <= b < self.num_blocks for b in free), "an unknown block id is free"
 
 
 def make_block_pool(num_blocks: int, eviction: PrefixEviction = PrefixEviction.LRU,
