@@ -48,3 +48,23 @@ def test_a_fitted_cost_model_has_no_fast_path() -> None:
     cost = build_parts(sc).cost
     fn = getattr(cost, "decode_time_fn", None)
     assert fn is None or fn(4, 4) is None
+
+
+@pytest.mark.parametrize("scale", [0.0, 0.5, 2.0, 50.0])
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_the_math_term_inline_is_step_time_s_float(scale, ranks) -> None:
+    """Decode attention's math term (``_decode_math_s``), inlined in the fast path: the same float
+    where reads bind (the term is 0.0), where the math binds, and at no KV at all."""
+    import dataclasses
+
+    base = build_parts(load_scenario(SCENARIOS / "azure-conv.yaml")).cost
+    per_read = base.kv_read_s_per_token * base.decode_kv_reads
+    cost = dataclasses.replace(base, decode_attn_s_per_pair=per_read * scale + 1e-15, attention_ranks=ranks)
+    binds = 0
+    for n in (1, 7, 64, 300):
+        fn = cost.decode_time_fn(n, n)
+        for kv in (0, 1, n, 999, 123_457, 3_999_999):
+            shape = BatchShape(n, 0, n, kv, 0.0, 0, 0)
+            assert fn(kv) == cost.step_time_s(shape, 0.0)
+            binds += cost._decode_math_s(kv, kv * cost.decode_kv_reads * cost.kv_read_s_per_token / ranks) > 0.0
+    assert (binds > 0) == (scale > 1.0), "the cases cover the math binding and not binding"
