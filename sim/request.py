@@ -57,7 +57,7 @@ class Request:
         self.request_id = request_id
         self.arrival_s = arrival_s
         self.prompt_segments = prompt_segments
-        self.num_prompt_tokens = sum(n for _, n in prompt_segments)
+        self.num_prompt_tokens = sum([n for _, n in prompt_segments])
         self.max_tokens = max_tokens  # what the client allowed: allocators may reserve it
         self.num_output_tokens = num_output_tokens  # the true length: hidden from policies
         self.session = session

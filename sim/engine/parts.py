@@ -292,7 +292,7 @@ class SessionDriver:
         if history is None:
             history = (session.prefix,) if session.prefix is not None else session.prefix_chain or ()
         segments = history + ((session.first_segment + turn, spec.user_tokens),)
-        num_prompt = sum(n for _, n in segments)
+        num_prompt = sum([n for _, n in segments]) if history else spec.user_tokens
         room = self.sc.engine.max_model_len - num_prompt
         max_tokens = min(self.sc.workload.max_tokens or room, room) if room > 0 else 1
         req = Request(len(self.requests), now, segments, max_tokens,

@@ -58,9 +58,12 @@ def _row(req: Request, reasons: dict[str, int]) -> tuple:
         if code is None:
             code = reasons[reason] = len(reasons)
     session = req.session
+    admitted, first, last, finish, client_first, client_last = (  # _t of each, inlined
+        req.admitted_s, req.first_token_s, req.last_token_s, req.finish_s, req.client_first_s, req.client_last_s)
     return (req.request_id, -1 if session is None else session.session_id, req.turn,
-            _STATUS_CODE[req.status], code, req.arrival_s, _t(req.admitted_s), _t(req.first_token_s),
-            _t(req.last_token_s), _t(req.finish_s), _t(req.client_first_s), _t(req.client_last_s),
+            _STATUS_CODE[req.status], code, req.arrival_s, _NAN if admitted is None else admitted,
+            _NAN if first is None else first, _NAN if last is None else last, _NAN if finish is None else finish,
+            _NAN if client_first is None else client_first, _NAN if client_last is None else client_last,
             req.num_prompt_tokens, req.prefix_len, req.num_cached_tokens, req.max_tokens,
             req.num_output_tokens, req.num_computed_tokens, req.num_generated, req.num_preemptions,
             req.num_swaps)
