@@ -74,8 +74,24 @@ class BlockPool:
                 for block in blocks:
                     ref_cnt[block] = 1
                 return blocks
-        blocks = self._free.pop_many(count)
-        block_hash, ref_cnt = self.block_hash, self.ref_cnt
+            # the front's blocks[:blank] carry no hash, the back list's rest one each
+            blocks, blank = self._free.pop_split(count)
+            block_hash, ref_cnt = self.block_hash, self.ref_cnt
+            if self._free._findable:  # some in the back list are in the map: count off those popped
+                self._free._findable -= sum([1 for b in blocks[blank:] if block_hash[b] != ANON])
+            elif self._plain_evict:  # every popped hash is ANON: evictions without reading one
+                evicted = count - blank
+                self.num_cached_free -= evicted
+                self.num_evictions += evicted
+                for block in blocks[:blank]:
+                    ref_cnt[block] = 1
+                for block in blocks[blank:]:
+                    block_hash[block] = None
+                    ref_cnt[block] = 1
+                return blocks
+        else:
+            blocks = self._free.pop_many(count)
+            block_hash, ref_cnt = self.block_hash, self.ref_cnt
         if count == 1:  # a decode's new block
             block = blocks[0]
             h = block_hash[block]
@@ -276,6 +292,12 @@ class BlockPool:
         assert cached_free == self.num_cached_free, "cached-free counter drifted"
         for h, b in self._cached.items():
             assert self.block_hash[b] == h, "hash map and block hashes disagree"
+        if self._pop_blank is not None:  # vLLM 0.33's queue: blank blocks at the front, hashed ones behind
+            q = self._free
+            assert all(self.block_hash[b] is None for b in q._front), "a hashed block in the blank front"
+            back = list(q)[len(q._front):]
+            assert all(self.block_hash[b] is not None for b in back), "a blank block in the hashed back list"
+            assert q._findable == sum(1 for b in back if self.block_hash[b] != ANON), "findable count drifted"
         for h, later in self._more.items():
             assert later and h in self._cached, "a duplicate without a first block"
             assert all(self.block_hash[b] == h for b in later), "duplicates and block hashes disagree"

@@ -162,14 +162,20 @@ class UnhashedFirstLRUQueue(LRUQueue):
     """vLLM 0.33's free queue: freed blocks that hold no hash go to the *front* (a stack:
     the request's last block is reused first, before any older free block), freed blocks
     with a hash to the back in the order given, as :class:`LRUQueue`. So cached prefixes
-    outlive the blank blocks freed after them. (Upstream vLLM before 0.33 appended every
+    outlive the blank blocks freed after them. Every block starts in the front (the order the
+    back list would give), so the back list holds hashed blocks only: the pool counts a pop's
+    evictions without reading hashes while none of them is findable (``_findable``). (Upstream vLLM before 0.33 appended every
     freed block to the back: plain LRU.)"""
 
     push_plain = None  # the order depends on the hashes: the pool calls push_many
 
     def __init__(self, blocks: range) -> None:
-        super().__init__(blocks)
-        self._front: list[int] = []  # unhashed freed blocks, the next one to reuse last
+        super().__init__(range(0))
+        # unhashed free blocks, the next one to reuse last: all blocks at the start (blank), in
+        # the order the back list held them before (the same pops). So every live entry of the
+        # back list carries a hash, and ``_findable`` of them carry one other than ANON (-1).
+        self._front: list[int] = list(reversed(blocks))
+        self._findable = 0
 
     def __len__(self) -> int:
         return len(self._front) + len(self._q) - self._head - self._num_stale
@@ -185,9 +191,21 @@ class UnhashedFirstLRUQueue(LRUQueue):
         reused first); their cached blocks to the back, in the order given."""
         self.push_hashed([block for block, _ in entries], [True if cached else None for _, cached in entries])
 
+    def remove(self, block: int) -> None:
+        LRUQueue.remove(self, block)  # a cache hit: a findable block, in the back list
+        self._findable -= 1
+
+    def pop_split(self, count: int) -> tuple[list[int], int]:
+        """``pop_many(count)`` and how many of the blocks, from the first, came from the front
+        (no hash); the rest came from the back list (each with a hash; the caller counts the
+        findable ones off ``_findable``)."""
+        take = len(self._front)
+        return self.pop_many(count), (take if take < count else count)
+
     def push_hashed(self, blocks: list[int], hashes: list) -> None:
         """``push(block, hash is not None)`` for each block and its hash, in order."""
         blank = hashes.count(None)
+        self._findable += len(blocks) - blank - hashes.count(-1)  # (ANON)
         if not blank:
             self._q.extend(blocks)
         elif blank == len(blocks):

@@ -3,7 +3,9 @@
 ``pop_free_many`` evicts and sets reference counts in one pass (where no subclass extends
 ``_evict``), ``touch_many`` touches a request's cache hits in one call (where neither the pool
 extends ``touch`` nor the queue orders by hits), and ``release(..., anon=(a, b))`` marks
-blocks ``ANON`` as it frees them (``cache_anon`` first, otherwise). A reference pool whose
+blocks ``ANON`` as it frees them (``cache_anon`` first, otherwise); under vLLM 0.33's queue a pop
+counts its evictions without reading a hash while no findable block is free (``_findable``, which
+``check_invariants`` recounts). A reference pool whose
 subclass extends ``_evict`` and ``touch`` (with nothing added) takes the step-by-step paths; both
 run the same random program under every eviction policy, and after every action the whole
 state must agree: reference counts, hashes, the hash map and its duplicates, the free queue's
@@ -58,6 +60,8 @@ def test_one_pass_paths_equal_step_by_step(policy, unhashed_first, duplicates, s
     held: list[list[int]] = []  # each "request"'s blocks, oldest first
     next_hash = [1]
     used = {"pop": 0, "hit": 0, "anon": 0, "evict": 0}
+    if unhashed_first:
+        used.update({"findable": 0, "anon only": 0})
     for _ in range(400):
         action = rng.random()
         if action < 0.45 and fast.num_free:  # a request takes fresh blocks, maybe hitting cached ones first
@@ -74,6 +78,8 @@ def test_one_pass_paths_equal_step_by_step(policy, unhashed_first, duplicates, s
             new = []
             if count > 0:
                 before = fast.num_evictions
+                if unhashed_first:  # vLLM 0.33's queue: a pop reads hashes only while findable ones are free
+                    used["findable" if fast._free._findable else "anon only"] += 1
                 new = fast.pop_free_many(count)
                 assert new == ref.pop_free_many(count)
                 used["pop"] += 1
@@ -108,6 +114,7 @@ def test_one_pass_paths_equal_step_by_step(policy, unhashed_first, duplicates, s
             ref.release(tail_first, sole, anon)
         assert _state(fast) == _state(ref)
     assert all(used.values()), used  # every path was taken
+    assert ("anon only" in used and "findable" in used) == unhashed_first
 
 
 def test_anon_blocks_count_as_cached_free_and_evict_on_reuse() -> None:
