@@ -194,16 +194,6 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Sessions:
 
 
 _CHUNK = 4096  # sessions read from the arrays at a time
-_new, _set = object.__new__, object.__setattr__
-
-
-def _spec(cls, fields: dict):
-    """``cls(**fields)`` for a frozen dataclass without defaults to fill in or checks (every
-    field given, in order): its instance dict set at once, not field by field through the
-    frozen ``__setattr__`` (a session and its turns are made at each arrival)."""
-    obj = _new(cls)
-    _set(obj, "__dict__", fields)
-    return obj
 
 
 class Sessions(IndexedSequence):
@@ -252,21 +242,15 @@ class Sessions(IndexedSequence):
         thinks = self._thinks[k0:k1].tolist() if self._thinks is not None else None
         first, prefix_tokens = self._first_segment, self._prefix_tokens
         per = None if isinstance(prefix_tokens, int) else prefix_tokens[i0:i1].tolist()  # a trace's, per session
-        history, chains = self._history, self._chains
         for j in range(i1 - i0):
             k = starts[j] - k0
-            if nts[j] == 1:  # (most sessions)
-                turns = (_spec(TurnSpec, {"user_tokens": prompts[k], "output_tokens": outputs[k], "think_time_s": 0.0}),)
-            else:
-                turns = tuple(_spec(TurnSpec, {"user_tokens": prompts[k + t], "output_tokens": outputs[k + t],
-                                               "think_time_s": thinks[k + t] if (thinks is not None and t > 0) else 0.0})
-                              for t in range(nts[j]))
+            turns = tuple(TurnSpec(prompts[k + t], outputs[k + t],
+                                   thinks[k + t] if (thinks is not None and t > 0) else 0.0)
+                          for t in range(nts[j]))
             pid = pids[j]
-            yield _spec(SessionSpec, {
-                "session_id": i0 + j, "arrival_s": arrived[j],
-                "prefix": (pid, prefix_tokens if per is None else per[j]) if pid else None,
-                "turns": turns, "first_segment": first + starts[j], "history": history,
-                "prefix_chain": chains[i0 + j] if chains is not None else None})
+            yield SessionSpec(i0 + j, arrived[j], (pid, prefix_tokens if per is None else per[j]) if pid else None,
+                              turns, first + starts[j], self._history,
+                              self._chains[i0 + j] if self._chains is not None else None)
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, Sequence) or len(self) != len(other):

@@ -1,6 +1,7 @@
-"""Sessions read from the workload's arrays (sim/workload/generate.py ``Sessions._chunk``) are
-built without the frozen dataclasses' ``__init__``: they must be the very objects it would make,
-equal, with equal hashes, reprs, fields and attribute dicts, and as frozen."""
+"""Sessions read from the workload's arrays (sim/workload/generate.py ``Sessions._chunk``) are the
+frozen dataclasses' own objects: equal to specs built field by field, with equal hashes, reprs,
+fields and attribute dicts, and frozen. (Building them without ``__init__``, the instance dict set at
+once, was 2.4x quicker but gave each a dict of its own: +4 MB peak RSS on the Azure hour.)"""
 
 from __future__ import annotations
 
