@@ -64,6 +64,9 @@ class SchedulerRules:
     #: with async scheduling, a request that finished in a step keeps its seat and blocks
     #: through the next step's scheduling: that step is scheduled before the output is in
     async_finish_lag: bool = False
+    #: SGLang 0.4: requests that ignore EOS (with no prefix cache) are admitted only while the pool
+    #: covers every running request's remaining output in finishing order (sim/sched/sglang_admit.py)
+    ignore_eos_admission: bool = False
 
 
 VLLM_0_33 = SchedulerRules(mirrors="vLLM 0.33.0", null_block=True, decodes_first=False,
@@ -244,7 +247,7 @@ PROFILES: dict[str, EngineProfile] = {
         ProfileName.SGLANG, graph_mode=GraphMode.DECODE, max_graph_size=160, step_host_s=_PY_STEP_HOST_S,
         seq_host_s=_PY_SEQ_HOST_S, async_scheduling=True, chunked_prefill=True, prefix_caching=True,
         prefill_first=True, frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
-        frontend_chat_request_s=_CHAT_SGLANG_S,
+        frontend_chat_request_s=_CHAT_SGLANG_S, rules=SchedulerRules(ignore_eos_admission=True),
         custom_allreduce_bytes=coll.VLLM_CUSTOM_ALLREDUCE),
     ProfileName.TRTLLM: _TRTLLM,
     # TensorRT-LLM's PyTorch backend (``--backend pytorch``, the default since 1.0): the same kernels,

@@ -255,7 +255,7 @@ def engine_state(sc: Scenario, model: ModelSpec, plan: MemoryPlan, budget: Token
         watermark_slots=watermark_slots,
         prefill_first=profile.prefill_first, reserve_full_length=profile.reserve_full_length,
         scheduler_steps=profile.scheduler_steps, decodes_first=rules.decodes_first, admit_full_sequence=rules.admit_full_sequence,
-        finish_lag=rules.async_finish_lag and profile.async_scheduling,
+        finish_lag=rules.async_finish_lag and profile.async_scheduling, ignore_eos_admission=rules.ignore_eos_admission and sc.workload.ignore_eos and not sc.kv.prefix_caching,
         long_prefill_token_threshold=sc.scheduler.long_prefill_token_threshold)
     return allocator, swap, preemptor, scheduler
 
@@ -294,7 +294,7 @@ class SessionDriver:
         segments = history + ((session.first_segment + turn, spec.user_tokens),)
         num_prompt = sum(n for _, n in segments)
         room = self.sc.engine.max_model_len - num_prompt
-        max_tokens = min(self.sc.workload.max_tokens or room, room) if room > 0 else 1
+        max_tokens = min(self.sc.workload.max_tokens or room, max(1, spec.output_tokens) if self.sc.workload.ignore_eos else room, room) if room > 0 else 1
         req = Request(len(self.requests), now, segments, max_tokens,
                       max(1, min(spec.output_tokens, max_tokens)), session=session, turn=turn)
         req.prefix_len = session.prefix[1] if session.prefix is not None else 0
