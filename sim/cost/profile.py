@@ -15,7 +15,9 @@ step overhead:
                batch is captured, else the eager kernel sum (a launch per kernel)
     host_s   = step_host_s + seq_host_s x sequences in the step
                (+ frontend_token_s x sequences where output processing runs inline)
-    step_s   = max(device_s, host_s) with async scheduling, else device_s + host_s
+    exposed  = exposed_step_host_s + exposed_seq_host_s x sequences in the step
+               + exposed_kv_token_host_s x the KV tokens its decodes attend to
+    step_s   = max(device_s + exposed, host_s) with async scheduling, else device_s + host_s
 
 Graph modes: ``decode`` captures pure-decode batches only (vLLM V0, SGLang, TensorRT-LLM);
 ``full-and-piecewise`` (vLLM V1's default ``cudagraph_mode``) also replays mixed and
@@ -83,6 +85,12 @@ class EngineProfile:
     step_host_s: float = 0.0  # host time per step: scheduling, input preparation, sampling
     seq_host_s: float = 0.0  # host time per sequence in the step
     async_scheduling: bool = False  # host work overlaps the device's (step = max, not sum)
+    #: host time per step and per sequence that async scheduling does not hide: it delays the device's next
+    #: step, so under async_scheduling a step takes max(device + these, host) (ignored without it: all host
+    #: time is exposed then). SGLang 0.4's overlap scheduler (module docstring)
+    exposed_step_host_s: float = 0.0
+    exposed_seq_host_s: float = 0.0
+    exposed_kv_token_host_s: float = 0.0  # per KV token the step's decodes attend to (work that grows with length)
     prefill_first: bool = False  # vLLM V0: waiting prompts run in prefill-only steps first
     scheduler_steps: int = 1  # vLLM V0's --num-scheduler-steps: decode steps a scheduling round runs
     chunked_prefill: bool = False  # default batching policy: chunked-prefill (else continuous)
@@ -210,6 +218,18 @@ _TINYGEMM_INT4 = 0.56
 _TURBOMIND_STEP_HOST_S = 1.0e-3
 _TURBOMIND_SEQ_HOST_S = 0.0
 
+#: SGLang 0.4's overlap scheduler: host time per step, per sequence and per KV token of the step's decodes
+#: that it does not hide. In 0.4.0 the forward thread plans each decode's attention (FlashInfer's plan copies
+#: the page table's indptr to the host: it waits for the previous step to finish) and launches it while the
+#: scheduler thread, holding the same GIL, processes the previous step's results request by request; and
+#: stream_output rebuilds every request's prompt + output ids and sends its whole output so far to the
+#: detokenizer every step (Req.init_incremental_detokenize: O(length); 0.5.x keeps that list and sends only
+#: the new ids). Fitted on the train side of the SGLang 0.4 H200 cases (E2E and offline throughput; the
+#: step and per-token times at their grids' edges): benchmarks/published/fit_sglang_overlap.py.
+_SGLANG_EXPOSED_STEP_S = 2.0e-3
+_SGLANG_EXPOSED_SEQ_S = 40e-6
+_SGLANG_EXPOSED_KV_TOKEN_S = 40e-9
+
 # TensorRT-LLM: in-flight batching in a C++ executor (small host time per step), decode graphs,
 # overlapped scheduling, KV block reuse on, chunked context off, GUARANTEED_NO_EVICT admission.
 _TRTLLM = EngineProfile(
@@ -248,6 +268,8 @@ PROFILES: dict[str, EngineProfile] = {
         seq_host_s=_PY_SEQ_HOST_S, async_scheduling=True, chunked_prefill=True, prefix_caching=True,
         prefill_first=True, frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
         frontend_chat_request_s=_CHAT_SGLANG_S, rules=SchedulerRules(ignore_eos_admission=True),
+        exposed_step_host_s=_SGLANG_EXPOSED_STEP_S, exposed_seq_host_s=_SGLANG_EXPOSED_SEQ_S,
+        exposed_kv_token_host_s=_SGLANG_EXPOSED_KV_TOKEN_S,
         custom_allreduce_bytes=coll.VLLM_CUSTOM_ALLREDUCE),
     ProfileName.TRTLLM: _TRTLLM,
     # TensorRT-LLM's PyTorch backend (``--backend pytorch``, the default since 1.0): the same kernels,
@@ -287,5 +309,6 @@ OVERRIDABLE = tuple(f.name for f in dataclasses.fields(EngineProfile)
                     if f.name not in ("name", "uses_calibration_overhead", "chunked_prefill",
                                       "prefix_caching", "weight_only_kernels", "custom_allreduce_bytes",
                                       "rules", "block_size", "kv_free_memory_fraction", "pads_to_captured",
-                                      "gemm_fixed_time")
+                                      "gemm_fixed_time", "exposed_step_host_s", "exposed_seq_host_s",
+                                      "exposed_kv_token_host_s")
                     ) + ("custom_allreduce_max_bytes",)
