@@ -27,6 +27,14 @@ class ProfileOverrides(BaseModel):
         None, description="Host seconds per step: scheduling, input preparation, sampling.")
     seq_host_s: nonneg_float("engine.profile_overrides.seq_host_s") | None = Field(
         None, description="Host seconds per sequence in the step.")
+    exposed_step_host_s: nonneg_float("engine.profile_overrides.exposed_step_host_s") | None = Field(
+        None, description="Host seconds per step that async scheduling does not hide: they delay the device "
+                          "(`sglang`: SGLang 0.4's overlap scheduler; 0 for SGLang 0.5 on Hopper).")
+    exposed_seq_host_s: nonneg_float("engine.profile_overrides.exposed_seq_host_s") | None = Field(
+        None, description="The same, per sequence in the step.")
+    exposed_kv_token_host_s: nonneg_float("engine.profile_overrides.exposed_kv_token_host_s") | None = Field(
+        None, description="The same, per KV token the step's decodes attend to (SGLang 0.4 resends each "
+                          "request's whole output every step).")
     scheduler_steps: pos_int("engine.profile_overrides.scheduler_steps") | None = Field(
         None, description="vLLM V0's `--num-scheduler-steps` (multi-step scheduling): a scheduling round runs this "
                           "many decode steps, and a request that arrives meanwhile waits for the round's end (1: "

@@ -309,6 +309,5 @@ OVERRIDABLE = tuple(f.name for f in dataclasses.fields(EngineProfile)
                     if f.name not in ("name", "uses_calibration_overhead", "chunked_prefill",
                                       "prefix_caching", "weight_only_kernels", "custom_allreduce_bytes",
                                       "rules", "block_size", "kv_free_memory_fraction", "pads_to_captured",
-                                      "gemm_fixed_time", "exposed_step_host_s", "exposed_seq_host_s",
-                                      "exposed_kv_token_host_s")
+                                      "gemm_fixed_time")
                     ) + ("custom_allreduce_max_bytes",)

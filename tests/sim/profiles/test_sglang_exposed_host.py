@@ -28,7 +28,7 @@ def test_only_the_sglang_profile_has_exposed_host_time() -> None:
         if name != ProfileName.SGLANG:
             assert p.exposed_step_host_s == p.exposed_seq_host_s == p.exposed_kv_token_host_s == 0.0, name
     for key in ("exposed_step_host_s", "exposed_seq_host_s", "exposed_kv_token_host_s"):
-        assert key not in OVERRIDABLE  # fitted engine facts, not scenario keys
+        assert key in OVERRIDABLE  # SGLang 0.5's cases set them to 0 (profile_overrides)
 
 
 @pytest.mark.parametrize("n", [1, 8, 52, 160, 161, 720])
@@ -70,3 +70,13 @@ def test_the_macro_steps_decode_time_is_the_same_float() -> None:
         fn = c.decode_time_fn(n, n)
         for kv in (0, n * 500, n * 4000):
             assert fn(kv) == c.step_time_s(BatchShape(n, 0, n, kv, 0.0, 0, 0))
+
+
+def test_sglang_05_cases_set_it_to_zero_with_profile_overrides() -> None:
+    """SGLang 0.5 on Hopper (FA3, only the new ids streamed): ``profile_overrides`` zero the three terms."""
+    sg = PROFILES[ProfileName.SGLANG].with_overrides(
+        {"exposed_step_host_s": 0.0, "exposed_seq_host_s": 0.0, "exposed_kv_token_host_s": 0.0})
+    c = cost(sg, tp=1)
+    shape = BatchShape.decode(4, 700)
+    assert c.step_time_s(shape) == max(c.device_time_s(shape), c.host_time_s(shape))
+    assert cost(PROFILES[ProfileName.SGLANG], tp=1).step_time_s(shape) > c.step_time_s(shape)
