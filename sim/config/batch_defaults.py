@@ -28,7 +28,6 @@ does: without chunking kvsim keeps its own rule (``Scenario.max_num_batched_toke
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from sim.calib.calibration import load_calibration
 from sim.config.paths import file_or_name
