@@ -3,14 +3,14 @@
     python benchmarks/published/fit_sglang_overlap.py            # fit, then score none / current / fitted
     python benchmarks/published/fit_sglang_overlap.py --report   # only score the current constants, train and test
 
-The ``sglang`` profile's ``exposed_step_host_s``, ``exposed_seq_host_s`` and ``exposed_kv_token_host_s``
+The ``sglang-0.4`` profile's ``exposed_step_host_s``, ``exposed_seq_host_s`` and ``exposed_kv_token_host_s``
 (sim/cost/profile.py ``_SGLANG_EXPOSED_STEP_S``, ``_SGLANG_EXPOSED_SEQ_S``, ``_SGLANG_EXPOSED_KV_TOKEN_S``):
 host time per step, per sequence and per KV token of the step's decodes that delays the device's next step
 even with the overlap scheduler on. Two grid searches, each minimising the mean |log(simulated / published)|
 (a full three-way grid is too slow on the shared VM): (step, sequence) with no per-token time, then
 (sequence, KV token) at the first one's step time; over the train side of split.yaml (split.train_ids) of
 the SGLang 0.4 cases:
-profile ``sglang`` with the overlap scheduler on (no ``async_scheduling: false`` override), engine version
+profile ``sglang-0.4`` with the overlap scheduler on (no ``async_scheduling: false`` override), engine version
 0.4-era (the datacrunch H200 runs: E2E latency under load and the offline throughput runs; their TTFT cells
 are scored, not fitted: ``fit_cases``). The SGLang 0.5.3
 cases (GPUStack) and SGLang 0.3 (its own benchmark page, overlap off) are scored, never fitted on; dstack's
@@ -46,7 +46,7 @@ def _overlap_on(case) -> bool:
 
 def sglang04_cases(cases):
     """The SGLang 0.4 cases (module docstring): the datacrunch H200 runs."""
-    return [c for c in cases if c.profile == "sglang" and c.runnable and _overlap_on(c)
+    return [c for c in cases if c.profile == "sglang-0.4" and c.runnable and _overlap_on(c)
             and c.id.startswith("sglang-h200-")]
 
 
@@ -59,7 +59,7 @@ def fit_cases(cases):
 
 def groups(cases) -> dict[str, list]:
     """The cases each report line scores."""
-    sg = [c for c in cases if c.profile == "sglang" and c.runnable and not c.id.startswith("dstack-")]
+    sg = [c for c in cases if c.profile in ("sglang", "sglang-0.4") and c.runnable and not c.id.startswith("dstack-")]
     return {"SGLang 0.4 (datacrunch H200)": sglang04_cases(cases),
             "  of which E2E and throughput (fitted)": fit_cases(cases),
             "  of which offline throughput": [c for c in fit_cases(cases) if c.family == "saturated_throughput"],
@@ -70,8 +70,8 @@ def groups(cases) -> dict[str, list]:
 def set_constants(step_s: float, seq_s: float, kv_s: float = 0.0) -> None:
     """Put the constants where the simulator reads them (this process only)."""
     prof._SGLANG_EXPOSED_STEP_S, prof._SGLANG_EXPOSED_SEQ_S, prof._SGLANG_EXPOSED_KV_TOKEN_S = step_s, seq_s, kv_s
-    prof.PROFILES[prof.ProfileName.SGLANG] = dataclasses.replace(
-        prof.PROFILES[prof.ProfileName.SGLANG], exposed_step_host_s=step_s, exposed_seq_host_s=seq_s,
+    prof.PROFILES[prof.ProfileName.SGLANG_04] = dataclasses.replace(
+        prof.PROFILES[prof.ProfileName.SGLANG_04], exposed_step_host_s=step_s, exposed_seq_host_s=seq_s,
         exposed_kv_token_host_s=kv_s)
 
 

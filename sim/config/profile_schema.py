@@ -30,7 +30,7 @@ class ProfileOverrides(BaseModel):
         None, description="Host seconds per sequence in the step.")
     exposed_step_host_s: nonneg_float("engine.profile_overrides.exposed_step_host_s") | None = Field(
         None, description="Host seconds per step that async scheduling does not hide: they delay the device "
-                          "(`sglang`: SGLang 0.4's overlap scheduler; 0 for SGLang 0.5 on Hopper).")
+                          "(`sglang-0.4`: SGLang 0.4's overlap scheduler; 0 under the other profiles).")
     exposed_seq_host_s: nonneg_float("engine.profile_overrides.exposed_seq_host_s") | None = Field(
         None, description="The same, per sequence in the step.")
     exposed_kv_token_host_s: nonneg_float("engine.profile_overrides.exposed_kv_token_host_s") | None = Field(

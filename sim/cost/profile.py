@@ -230,6 +230,14 @@ _SGLANG_EXPOSED_STEP_S = 2.0e-3
 _SGLANG_EXPOSED_SEQ_S = 40e-6
 _SGLANG_EXPOSED_KV_TOKEN_S = 40e-9
 
+# SGLang >= 0.5 (see PROFILES for its parts; ``sglang-0.4`` adds 0.4's exposed host time)
+_SGLANG = EngineProfile(
+    ProfileName.SGLANG, graph_mode=GraphMode.DECODE, max_graph_size=160, step_host_s=_PY_STEP_HOST_S,
+    seq_host_s=_PY_SEQ_HOST_S, async_scheduling=True, chunked_prefill=True, prefix_caching=True,
+    prefill_first=True, frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
+    frontend_chat_request_s=_CHAT_SGLANG_S, rules=SchedulerRules(ignore_eos_admission=True),
+    custom_allreduce_bytes=coll.VLLM_CUSTOM_ALLREDUCE)
+
 # TensorRT-LLM: in-flight batching in a C++ executor (small host time per step), decode graphs,
 # overlapped scheduling, KV block reuse on, chunked context off, GUARANTEED_NO_EVICT admission.
 _TRTLLM = EngineProfile(
@@ -263,14 +271,12 @@ PROFILES: dict[str, EngineProfile] = {
     # steps (enable_mixed_chunk off by default: 0.4.0's get_next_batch_to_run runs a prefill batch first
     # whenever one can be built, the decodes waiting), radix (prefix) cache, tokenizer and detokenizer
     # in processes of their own.
-    ProfileName.SGLANG: EngineProfile(
-        ProfileName.SGLANG, graph_mode=GraphMode.DECODE, max_graph_size=160, step_host_s=_PY_STEP_HOST_S,
-        seq_host_s=_PY_SEQ_HOST_S, async_scheduling=True, chunked_prefill=True, prefix_caching=True,
-        prefill_first=True, frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
-        frontend_chat_request_s=_CHAT_SGLANG_S, rules=SchedulerRules(ignore_eos_admission=True),
-        exposed_step_host_s=_SGLANG_EXPOSED_STEP_S, exposed_seq_host_s=_SGLANG_EXPOSED_SEQ_S,
-        exposed_kv_token_host_s=_SGLANG_EXPOSED_KV_TOKEN_S,
-        custom_allreduce_bytes=coll.VLLM_CUSTOM_ALLREDUCE),
+    ProfileName.SGLANG: _SGLANG,
+    # SGLang 0.4.x: the same engine, plus the host time 0.4's overlap scheduler does not hide
+    # (_SGLANG_EXPOSED_*); SGLang 0.5 removed both causes (FA3 on Hopper, only new ids streamed).
+    ProfileName.SGLANG_04: dataclasses.replace(
+        _SGLANG, name=ProfileName.SGLANG_04, exposed_step_host_s=_SGLANG_EXPOSED_STEP_S,
+        exposed_seq_host_s=_SGLANG_EXPOSED_SEQ_S, exposed_kv_token_host_s=_SGLANG_EXPOSED_KV_TOKEN_S),
     ProfileName.TRTLLM: _TRTLLM,
     # TensorRT-LLM's PyTorch backend (``--backend pytorch``, the default since 1.0): the same kernels,
     # graphs, overlap scheduler and admission, driven by a Python executor loop (PyExecutor) that

@@ -51,7 +51,7 @@ def relative_to_scenario(sc: Scenario, ref: str) -> str:
 #: Engines that refuse, at startup, a max_model_len longer than the model's context (vLLM's
 #: _get_and_verify_max_len without VLLM_ALLOW_LONG_MAX_MODEL_LEN; SGLang's context_length check
 #: without SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN). TensorRT-LLM builds for any max_seq_len.
-_CONTEXT_CHECKED = (ProfileName.VLLM_V1, ProfileName.VLLM_V0, ProfileName.SGLANG)
+_CONTEXT_CHECKED = (ProfileName.VLLM_V1, ProfileName.VLLM_V0, ProfileName.SGLANG, ProfileName.SGLANG_04)
 
 
 def check_context(model: ModelSpec, max_model_len: int, profile: str, src: str) -> None:

@@ -26,7 +26,7 @@ def test_the_fit_reads_sglang_04_train_e2e_and_throughput_cases_only() -> None:
     assert len(chosen) >= 20
     assert {c.family for c in chosen} == {"latency_under_load", "saturated_throughput"}
     for c in chosen:
-        assert SIDES[c.id] == "train" and c.profile == "sglang" and c.id.startswith("sglang-h200-")
+        assert SIDES[c.id] == "train" and c.profile == "sglang-0.4" and c.id.startswith("sglang-h200-")
         assert not c.metric.startswith("ttft")
     # the TTFT cells of the same runs are scored, not fitted; SGLang 0.3 and 0.5.3 never enter
     assert any(c.metric.startswith("ttft") for c in fit.sglang04_cases(TRAIN))
@@ -37,16 +37,18 @@ def test_the_shipped_constants_are_the_grids_points() -> None:
     assert prof._SGLANG_EXPOSED_STEP_S in fit.STEP_GRID
     assert prof._SGLANG_EXPOSED_SEQ_S in fit.SEQ_GRID + fit.SEQ_GRID_2
     assert prof._SGLANG_EXPOSED_KV_TOKEN_S in fit.KV_GRID
-    sg = prof.PROFILES[prof.ProfileName.SGLANG]
+    sg = prof.PROFILES[prof.ProfileName.SGLANG_04]
     assert (sg.exposed_step_host_s, sg.exposed_seq_host_s, sg.exposed_kv_token_host_s) == (
         prof._SGLANG_EXPOSED_STEP_S, prof._SGLANG_EXPOSED_SEQ_S, prof._SGLANG_EXPOSED_KV_TOKEN_S)
 
 
-def test_sglang_05_cases_opt_out() -> None:
-    """GPUStack's SGLang 0.5.3 cases zero the three terms (FA3 on Hopper, only new ids streamed)."""
-    cases = [c for c in CASES if c.id.startswith("sglang053-")]
-    assert len(cases) == 10
-    for c in cases:
-        overrides = c.scenario["engine"]["profile_overrides"]
-        assert overrides["exposed_step_host_s"] == overrides["exposed_seq_host_s"] == 0.0
-        assert overrides["exposed_kv_token_host_s"] == 0.0
+def test_each_sglang_case_runs_its_versions_profile() -> None:
+    """SGLang 0.4.x cases (datacrunch, dstack) run ``sglang-0.4``; 0.3 and 0.5.3 run ``sglang``, with no
+    exposed host time of their own."""
+    for c in CASES:
+        if c.engine.lower() != "sglang":
+            continue
+        old = c.id.startswith(("sglang-h200-", "dstack-sglang"))
+        assert c.profile == ("sglang-0.4" if old else "sglang"), c.id
+        overrides = (c.scenario.get("engine") or {}).get("profile_overrides") or {}
+        assert not any(k.startswith("exposed_") for k in overrides), c.id
