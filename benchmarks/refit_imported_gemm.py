@@ -48,7 +48,7 @@ def refit(path: Path) -> tuple[str, str]:
     found = re.search(rf"gemm: {backend} (\S+?)(,|$)", cal.provenance.get("framework", ""))
     records, device, _ = import_records(system, backend, found.group(1) if found else None)
     old = cal.kernels["gemm"]
-    tiles = device_gemm_tiles(device, split_k=True, l2=True)
+    tiles = device_gemm_tiles(device, split_k=True, l2=True, split_fill=True)
     tiles = dataclasses.replace(tiles, candidates=((int(old.params["tile_m"]), int(old.params["tile_n"])),))
     new = fit_kernel("gemm", [r for r in records if r["kernel"] == "gemm"], grid=False, tiles=tiles)
     prov = dict(cal.provenance)

@@ -289,7 +289,7 @@ def build_calibration(records: list[dict], device: dict, base, *, folds: int = 5
 
     device = {**device, "memory_bytes": base.memory_bytes}
     cal = fit(records, device=device, base=base, name=device["name"], folds=folds, grid=grid,
-              gemm_tiles=device_gemm_tiles(device, split_k=True, l2=True))
+              gemm_tiles=device_gemm_tiles(device, split_k=True, l2=True, split_fill=True))
     return with_datasheet(cal, records, base)
 
 
