@@ -51,11 +51,10 @@ def device_gemm_tiles(device: dict | None, split_k: bool = False, l2: bool = Fal
                       split_fill: bool = False) -> GemmTiles | None:
     """The GEMM's tile/wave term with the kernel regimes for a measured GPU: its SM count from
     the device record's provenance (``microbench calibrate`` writes torch's multi_processor_count);
-    None for a CPU or a record without it (the smooth roofline form). ``split_k``, ``l2``: fit the
-    split-k and L2-residency terms too (``microbench import aiconfigurator`` fits both; off for
-    ``microbench calibrate``, whose GPU runs have not been studied with them; split-k alone raised
-    the held-out error on NVIDIA's L40S tables, 19.4% -> 21.6%; benchmarks/RESULTS.md); ``split_fill``:
-    split-k's SM-fill cap, with ``split_k`` only (the import fits it, kept per file where it lowers the loss)."""
+    None for a CPU or a record without it (the smooth roofline form). ``split_k``, ``l2``, ``split_fill``:
+    fit split-k, L2 residency and split-k's SM-fill cap too (measured_gemm_tiles: all three; split-k alone
+    raised the held-out error on NVIDIA's L40S tables, 19.4% -> 21.6%, with L2 residency it lowers it;
+    benchmarks/RESULTS.md)."""
     raw = ((device or {}).get("provenance") or {}).get("sm_count")
     try:
         sms = int(str(raw))
@@ -64,6 +63,13 @@ def device_gemm_tiles(device: dict | None, split_k: bool = False, l2: bool = Fal
     ok = 0 < sms <= 10_000
     return GemmTiles(sm_count=sms, regimes=CUBLAS_REGIMES, split_k=split_k, l2=l2,
                      split_fill=split_fill and split_k) if ok else None
+
+
+def measured_gemm_tiles(device: dict | None) -> GemmTiles | None:
+    """The GEMM form every measured GPU is fitted with (``microbench import aiconfigurator``, ``microbench
+    fit`` and ``microbench calibrate`` alike, once the SM count is known): the tile/wave term, its regimes,
+    split-k, its SM-fill cap and L2 residency (the last two kept only where they lower the fit's loss)."""
+    return device_gemm_tiles(device, split_k=True, l2=True, split_fill=True)
 
 
 def gemm_columns(records: list[dict]) -> np.ndarray:
