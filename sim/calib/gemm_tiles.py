@@ -59,7 +59,7 @@ the SMs, so a GEMM with many tiles splits less: at most ``split_k_fill`` CTAs pe
 
 With full waves the cap changes little (the same work in fewer, deeper CTAs); what it changes is the
 partial last wave and the per-CTA ``k_half``. Fitted by the import and kept per file where it lowers the
-fit's loss (benchmarks/RESULTS.md: A100 SXM under vLLM, 10.6% -> 10.0% held out by shape).
+fit's loss (benchmarks/RESULTS.md: A100 SXM under vLLM, 10.6% -> 10.1% held out by shape).
 """
 
 from __future__ import annotations
