@@ -21,6 +21,7 @@ from sim.model.parallel import (
 from sim.model.spec import KVDtype, kv_bytes_per_token, max_kv_tokens_per_seq
 from sim.model.weights import weight_bytes
 from sim.model.hf_config import load_model
+from sim.model.memory import MEMORY_ACCOUNTINGS
 
 CLI = "<cli>"
 
@@ -66,6 +67,8 @@ def add_kv_parser(subparsers: Any) -> None:
     p.add_argument("--pp", "--pipeline-parallel-size", "-pp", dest="pp", default="1", metavar="N",
                    help="pipeline-parallel size, 1, 2, 4 or 8 (default 1): layers split into N stages (each on --tp"
                         " GPUs); the plan of each stage's GPUs (vLLM's --pipeline-parallel-size, also accepted)")
+    p.add_argument("--memory-accounting", default=MEMORY_ACCOUNTINGS[0], choices=MEMORY_ACCOUNTINGS,
+                   help="vLLM's non-torch count: increase (0.6.5+, V1; default) or total-used (0.2.5-0.6.4)")
     p.add_argument("--attention-dp", action="store_true",
                    help="with --tp N: the N GPUs run attention data-parallel (each its own requests' KV, all"
                         " attention heads; MLP, experts and vocabulary split): SGLang's --enable-dp-attention")
@@ -179,7 +182,8 @@ def _plan_fields(args, model, kv_dtype, group, block_size, util, max_model_len, 
                            max_num_batched_tokens=_number(args.max_num_batched_tokens,
                                                           "--max-num-batched-tokens", int),
                            tensor_parallel_size=tp, pipeline_parallel_size=pp, embedding_bytes=vocab_bytes,
-                           attention_data_parallel=attention_dp, source=CLI, kv_free_memory_fraction=free)
+                           attention_data_parallel=attention_dp, source=CLI, kv_free_memory_fraction=free,
+                           memory_accounting=args.memory_accounting)
     except ConfigError as exc:  # name the flag the user can change
         flag = {"tensor_parallel_size": "--tp", "pipeline_parallel_size": "--pp",
                 "attention_data_parallel": "--attention-dp"}.get(

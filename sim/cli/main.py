@@ -48,25 +48,53 @@ def _add_run_parser(sub) -> None:
                    help="replace an earlier run in --out (its files this run does not write are removed)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from sim.cli.catalog import add_catalog_parsers
-    from sim.cli.kv import add_kv_parser
-    from sim.cli.plan import add_plan_parser
-    from sim.cli.serve import add_serve_parser
-    from sim.cli.sweep import add_compare_parser, add_sweep_parser
-    from sim.cli.validate import add_validate_parser
+def _adders() -> dict:
+    """Each subcommand's name -> the function that registers its parser (imported on call)."""
+    def catalog(sub):
+        from sim.cli.catalog import add_catalog_parsers
+        add_catalog_parsers(sub)
 
+    def kv(sub):
+        from sim.cli.kv import add_kv_parser
+        add_kv_parser(sub)
+
+    def plan(sub):
+        from sim.cli.plan import add_plan_parser
+        add_plan_parser(sub)
+
+    def serve(sub):
+        from sim.cli.serve import add_serve_parser
+        add_serve_parser(sub)
+
+    def sweep(sub):
+        from sim.cli.sweep import add_sweep_parser
+        add_sweep_parser(sub)
+
+    def compare(sub):
+        from sim.cli.sweep import add_compare_parser
+        add_compare_parser(sub)
+
+    def validate(sub):
+        from sim.cli.validate import add_validate_parser
+        add_validate_parser(sub)
+
+    return {"run": _add_run_parser, "kv": kv, "sweep": sweep, "compare": compare, "plan": plan,
+            "validate": validate, "serve": serve, "models": catalog, "gpus": catalog, "scenarios": catalog}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``sim`` parser. ``command``: a known subcommand's name registers that one only (the
+    same parser for its arguments, without importing the other commands' modules at start-up:
+    ``sim run`` does not need ``sim kv``'s or the catalog's); otherwise every subcommand."""
+    adders = _adders()
     parser = OneLineParser(  # an argparse error is one `error:` line too, not a usage dump
         prog="sim", description="kvsim: what will my LLM server do with its GPU memory?")
     sub = parser.add_subparsers(dest="command", required=True)
-    _add_run_parser(sub)
-    add_kv_parser(sub)
-    add_sweep_parser(sub)
-    add_compare_parser(sub)
-    add_plan_parser(sub)
-    add_validate_parser(sub)
-    add_serve_parser(sub)
-    add_catalog_parsers(sub)
+    if command in adders:
+        adders[command](sub)
+        return parser
+    for add in dict.fromkeys(adders.values()):  # each once (the catalog adds its three), in order
+        add(sub)
     return parser
 
 
@@ -228,7 +256,9 @@ def _dispatch(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return cli_exit_code(lambda: _dispatch(build_parser().parse_args(argv)))
+    args = sys.argv[1:] if argv is None else argv
+    command = args[0] if args else None  # (the top-level parser has no options but -h)
+    return cli_exit_code(lambda: _dispatch(build_parser(command).parse_args(args)))
 
 
 if __name__ == "__main__":  # pragma: no cover

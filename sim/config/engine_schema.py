@@ -99,6 +99,13 @@ class EngineConfig(_Frozen):
     runtime_overhead_bytes: nonneg_int("engine.runtime_overhead_bytes") | None = Field(
         None, description="Non-torch memory the engine subtracts: workspaces, NCCL and all-reduce buffers. "
                           "Unset: 164 MiB (614 MiB with tensor parallelism; 768 MiB for non-vLLM profiles).")
+    memory_accounting: Literal["increase", "total-used"] = Field(  # sim/model/memory.py
+        "increase",
+        description="What the vLLM version counts outside PyTorch when it sizes the KV pool: `increase` (vLLM "
+                    "0.6.5 and later, V1: only what the profile run adds, 164 MiB unset) or `total-used` (0.2.5 to "
+                    "0.6.4: all the memory in use besides PyTorch's tensors, the process's CUDA context included, "
+                    "358 MiB unset). vLLM profiles only; `runtime_overhead_bytes` wins over both "
+                    "([the memory plan](../guides/kv-memory.md#the-memory-plan)).")
     num_gpu_blocks_override: pos_int("engine.num_gpu_blocks_override") | None = Field(
         None, description="Force the KV pool size, in blocks.")
     host_memory_gb: pos_float("engine.host_memory_gb") | None = Field(  # sim/engine/host_memory.py

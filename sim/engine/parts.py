@@ -94,7 +94,7 @@ def build_plan(sc: Scenario):
         embedding_bytes=DTYPE_BYTES[embedding_dtype(eng.weight_dtype, eng.embedding_dtype)],
         attention_data_parallel=eng.attention_data_parallel,
         kv_free_memory_fraction=eng.kv_cache_free_gpu_mem_fraction,
-        engine_profile=eng.profile,  # memory-plan fidelity (#13): the profile picks vLLM's or the legacy estimates
+        engine_profile=eng.profile, memory_accounting=eng.memory_accounting,  # #13, #41: vLLM's or legacy estimates
     )
     budget = token_budget(without_vetoed_defaults(sc, model), model)
     plan = dataclasses.replace(plan, max_kv_tokens_per_seq=budget.kept_tokens(eng.max_model_len))

@@ -15,6 +15,13 @@ and the activations reserved, ``kv_pool_bytes = fraction x (gpu_memory_bytes - w
 activation_peak_bytes - runtime_overhead_bytes)``: on a GPU the weights nearly fill it gives
 the KV cache far more than a share of the total would.
 
+What vLLM counts outside PyTorch (``memory_accounting``) changed in 0.6.5 (PR #10511): since then
+only what the profile run adds (``increase``, the default, DEFAULT_RUNTIME_OVERHEAD_BYTES);
+before, all the memory in use on the GPU besides PyTorch's tensors, the process's own CUDA
+context included (``total-used``, TOTAL_USED_RUNTIME_OVERHEAD_BYTES): 0.2.5 to 0.6.3 took the
+peak as total minus free memory after the profile run (PR #2031), 0.6.4 added the non-torch
+memory measured the same way to the PyTorch peak (it logs ``non_torch_memory``).
+
 If the pool is empty vLLM refuses to start (``plan_memory`` raises ConfigError). If it
 cannot hold one ``max_model_len`` sequence vLLM refuses too; that check is separate
 (``check_fits_one_sequence``) so a simulator can choose to run anyway.
@@ -66,6 +73,17 @@ GIB = 1 << 30
 #: of the ``non_torch_memory`` one-GPU vLLM logs print, 0.03, 0.10, 0.16, 0.35 and 1.79 GiB
 #: (vllm-project/vllm #13882, #12330, PR #12126, #10517, PR #10511), i.e. 0.16 GiB.
 DEFAULT_RUNTIME_OVERHEAD_BYTES = 164 << 20
+
+#: The same memory as vLLM 0.6.4 and earlier count it (``memory_accounting: total-used``), per GPU:
+#: everything in use outside PyTorch's allocations once the profile run is over, the CUDA context
+#: and library workspaces made before it included. A fit on the train side: the one log of that
+#: accounting that prints the term, vllm-project/vllm #10517 (vLLM 0.6.4, RTX 3090, Llama-3.1-8B,
+#: the 29k run: ``non_torch_memory=0.35GiB``, ``initial_memory_usage`` 15.34 GiB over 14.99 of weights).
+TOTAL_USED_RUNTIME_OVERHEAD_BYTES = 358 << 20
+
+#: The accountings vLLM versions use (module docstring): ``increase`` (0.6.5 and later, V1) or
+#: ``total-used`` (0.2.5 to 0.6.4).
+MEMORY_ACCOUNTINGS = ("increase", "total-used")
 
 #: With tensor parallelism each GPU holds more non-torch memory: NCCL's channel buffers and
 #: vLLM's custom all-reduce buffers. A fit: the median of the ``non_torch_memory`` that
@@ -142,13 +160,16 @@ class MemoryPlan:
         return self.pool_tokens / self.max_kv_tokens_per_seq
 
 
-def default_runtime_overhead_bytes(tensor_parallel_size: int = 1, engine_profile: str | None = None) -> int:
-    """Non-torch memory per GPU vLLM subtracts: DEFAULT_RUNTIME_OVERHEAD_BYTES, plus
+def default_runtime_overhead_bytes(tensor_parallel_size: int = 1, engine_profile: str | None = None,
+                                   memory_accounting: str = "increase") -> int:
+    """Non-torch memory per GPU vLLM subtracts: DEFAULT_RUNTIME_OVERHEAD_BYTES
+    (TOTAL_USED_RUNTIME_OVERHEAD_BYTES under ``memory_accounting`` total-used), plus
     TP_RUNTIME_OVERHEAD_BYTES (collective buffers) when the replica is tensor parallel;
     LEGACY_RUNTIME_OVERHEAD_BYTES for an ``engine_profile`` outside VLLM_PROFILES."""
     if engine_profile is not None and engine_profile not in VLLM_PROFILES:
         return LEGACY_RUNTIME_OVERHEAD_BYTES
-    return DEFAULT_RUNTIME_OVERHEAD_BYTES + (TP_RUNTIME_OVERHEAD_BYTES if tensor_parallel_size > 1 else 0)
+    base = TOTAL_USED_RUNTIME_OVERHEAD_BYTES if memory_accounting == "total-used" else DEFAULT_RUNTIME_OVERHEAD_BYTES
+    return base + (TP_RUNTIME_OVERHEAD_BYTES if tensor_parallel_size > 1 else 0)
 
 
 def _gib(x: float) -> str:
@@ -167,7 +188,7 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
                 tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1,
                 engine_profile: str | None = None, embedding_bytes: float | None = None,
                 attention_data_parallel: bool = False, kv_free_memory_fraction: float | None = None,
-                source: str = "<cli>") -> MemoryPlan:
+                memory_accounting: str = "increase", source: str = "<cli>") -> MemoryPlan:
     """Size the KV pool; raise ConfigError(source, key, ...) for bad arguments or no room.
 
     ``activation_peak_bytes`` / ``runtime_overhead_bytes`` default to this module's
@@ -179,7 +200,8 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
     ``embedding_bytes``: bytes per parameter of the embedding table and lm_head (None: 16-bit under quantized weights,
     sim.model.weights). ``attention_data_parallel``: the tp GPUs run attention data-parallel
     (module docstring). ``kv_free_memory_fraction``: TensorRT-LLM's rule, that share of the memory
-    left free (module docstring; ``gpu_memory_utilization`` is then not used).
+    left free (module docstring; ``gpu_memory_utilization`` is then not used). ``memory_accounting``:
+    what the vLLM version counts outside PyTorch, one of MEMORY_ACCOUNTINGS (module docstring).
     """
     profile = None if engine_profile is None else str(getattr(engine_profile, "value", engine_profile))
     _require(0 < gpu_memory_utilization <= 1, source, "gpu_memory_utilization",
@@ -206,8 +228,10 @@ def plan_memory(model: ModelSpec, gpu_memory_bytes: int, *, gpu_memory_utilizati
     free_fraction = kv_free_memory_fraction
     _require(free_fraction is None or 0 < free_fraction <= 1, source, "kv_cache_free_gpu_mem_fraction",
              f"must be in (0, 1], got {free_fraction}")
+    _require(memory_accounting in MEMORY_ACCOUNTINGS, source, "memory_accounting",
+             f"got {memory_accounting!r}; allowed: {', '.join(MEMORY_ACCOUNTINGS)}")
     if runtime_overhead_bytes is None:
-        runtime_overhead_bytes = default_runtime_overhead_bytes(tp, profile)
+        runtime_overhead_bytes = default_runtime_overhead_bytes(tp, profile, memory_accounting)
     budget = gpu_memory_bytes * gpu_memory_utilization if free_fraction is None else gpu_memory_bytes
     stages = []  # (stage plan, bytes per block) of every stage, first to last
     for index, layers in enumerate(stage_models(model, pp)):  # (model,) when pp == 1

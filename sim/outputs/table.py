@@ -5,10 +5,6 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
 from sim.engine.cluster.router import cache_aware_line
 from sim.engine.logs.metrics import STAT_KEYS, stat_label
 from sim.engine.pipeline.summary import pipeline_title, replica_label, virtual_engines
@@ -20,6 +16,9 @@ def progress_bar(show: bool, total_sessions: int):
     if not show:
         yield None
         return
+    from rich.console import Console  # (here: a --quiet run does not import rich)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     columns = (TextColumn("simulating"), BarColumn(), MofNCompleteColumn(),
                TextColumn("requests done, t={task.fields[t]:.0f}s"), TimeElapsedColumn())
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
@@ -40,6 +39,9 @@ def _ms(stats: dict, key: str) -> str:
 
 
 def print_summary(s: dict, out_dir: Path, report: bool = True) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     console = Console()
     r, kv = s["requests"], s["kv"]
     t = Table(title=f"{s['scenario']}: {s['model']} on {s['gpu']} (calibration: {s.get('calibration_label', s['calibration_source'])})",

@@ -186,3 +186,15 @@ def test_help_lists_the_model_presets_and_gpus(capsys) -> None:
     assert "seeerrormessage" not in text
     for name in (*available_models(), *available_calibrations()):
         assert name in text, name
+
+
+def test_memory_accounting_flag_charges_the_old_vllm_non_torch(capsys) -> None:
+    from sim.model.memory import DEFAULT_RUNTIME_OVERHEAD_BYTES, TOTAL_USED_RUNTIME_OVERHEAD_BYTES
+
+    args = ["--model", "llama-3.1-8b", "--gpu", "rtx-3090", "--max-model-len", "4096"]
+    new = run_json(capsys, args)
+    old = run_json(capsys, [*args, "--memory-accounting", "total-used"])
+    assert new["runtime_overhead_bytes"] == DEFAULT_RUNTIME_OVERHEAD_BYTES
+    assert old["runtime_overhead_bytes"] == TOTAL_USED_RUNTIME_OVERHEAD_BYTES
+    assert new["kv_pool_bytes"] - old["kv_pool_bytes"] == TOTAL_USED_RUNTIME_OVERHEAD_BYTES - DEFAULT_RUNTIME_OVERHEAD_BYTES
+    assert old["num_gpu_blocks"] < new["num_gpu_blocks"]
