@@ -1,8 +1,8 @@
 """How well kvsim's kernel forms fit NVIDIA's published kernel tables, on shapes the fit never saw.
 
     python benchmarks/aiconfigurator_fit.py [--systems h100_sxm h200_sxm ...] [--backend vllm]
-        [--kernels gemm prefill_attention decode_attention] [--split-k] [--gemm-l2] [--decode-l2]
-        [--decode-mha auto|on|off]
+        [--kernels gemm prefill_attention decode_attention] [--split-k] [--gemm-l2] [--decode-l2 auto|on|off]
+        [--decode-mha auto|on|off] [--decode-mmha auto|on|off]
 
 Needs the [import] extra (aiconfigurator-core, pandas, pyarrow). For each system it converts the
 tables as ``microbench import aiconfigurator`` does and reports, per kernel, the MAPE of the
@@ -18,11 +18,15 @@ analytic form (microbench.fit, the GEMM with its tile/wave term) on held-out dat
 - ``--split-k``: the GEMM fitted with the split-k term (sim/calib/gemm_tiles.py; off in the shipped
   calibrations, see benchmarks/RESULTS.md);
 - ``--gemm-l2``: the GEMM fitted with the L2-residency term too (sim/calib/gemm_memory.py);
-- ``--decode-l2``: decode attention fitted with the L2-residency term (sim/calib/attention_terms.py;
-  off in the shipped calibrations, see benchmarks/RESULTS.md);
+- ``--decode-l2``: decode attention's L2-residency term (sim/calib/attention_terms.py): ``auto`` (the
+  default, as ``microbench fit``) fitted from the fit without it and kept where it lowers the fit's
+  loss, ``on`` fitted on every table, ``off`` never;
 - ``--decode-mha``: decode attention's query-group swap term (FlashAttention-2's MHA unsplit, GQA's
   swap copies; sim/calib/attention_terms.py): ``auto`` (the default, as ``microbench fit``) on the
   tables of FlashAttention-2's varlen decode only, ``on`` / ``off`` on every table or none;
+- ``--decode-mmha``: decode attention's MMHA-fallback term (TensorRT-LLM's MHA and groups over 32
+  query heads per KV head; sim/calib/attention_terms.py): ``auto`` (the default, as ``microbench fit``)
+  on TensorRT-LLM's tables, kept where it lowers the fit's loss, ``on`` / ``off`` on every table or none;
 - ``cross-GPU``: H100 SXM's fit with its bandwidth scaled by the datasheets' HBM ratio (FLOP/s
   kept: the same die), predicting H200 SXM's measurements, against H200's own held-out figure.
 """
@@ -98,12 +102,16 @@ def main() -> int:
     ap.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=KERNELS)
     ap.add_argument("--split-k", action="store_true", help="fit the GEMM with the split-k term")
     ap.add_argument("--gemm-l2", action="store_true", help="fit the GEMM with the L2-residency term")
-    ap.add_argument("--decode-l2", action="store_true", help="fit decode attention with the L2-residency term")
+    ap.add_argument("--decode-l2", choices=("auto", "on", "off"), default="auto",
+                    help="decode attention's L2-residency term: kept where it lowers the loss (auto), always, never")
     ap.add_argument("--decode-mha", choices=("auto", "on", "off"), default="auto",
                     help="decode attention's query-group swap term: on FlashAttention-2's tables (auto), always, never")
+    ap.add_argument("--decode-mmha", choices=("auto", "on", "off"), default="auto",
+                    help="decode attention's MMHA-fallback term: on TensorRT-LLM's tables (auto), always, never")
     args = ap.parse_args()
-    microbench.attention_fit.DECODE_L2 = args.decode_l2
+    microbench.attention_fit.DECODE_L2 = {"auto": None, "on": True, "off": False}[args.decode_l2]
     microbench.attention_fit.DECODE_MHA = {"auto": None, "on": True, "off": False}[args.decode_mha]
+    microbench.attention_fit.DECODE_MMHA = {"auto": None, "on": True, "off": False}[args.decode_mmha]
     rows, data = {}, {}
     for system in args.systems:
         t0 = time.perf_counter()
@@ -114,8 +122,8 @@ def main() -> int:
     for system, row in rows.items():
         for kernel in args.kernels:
             layer = row.get((kernel, "layer"))
-            print(f"| {system} | {kernel} | {row[(kernel, 'n')]:,} | {row[(kernel, 'shapes')]:.1%} | "
-                  f"{row[(kernel, 'groups')]:.1%} | {'' if layer is None else f'{layer:.1%}'} |")
+            print(f"| {system} | {kernel} | {row[(kernel, 'n')]:,} | {row[(kernel, 'shapes')]:.2%} | "
+                  f"{row[(kernel, 'groups')]:.2%} | {'' if layer is None else f'{layer:.1%}'} |")
     if "h100_sxm" in data and "h200_sxm" in data:
         h100, h200 = load_calibration("h100-sxm"), load_calibration("h200")
         ratio = h200.effective_bandwidth_bytes_per_s / h100.effective_bandwidth_bytes_per_s

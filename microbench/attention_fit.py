@@ -26,18 +26,28 @@ _FREE = ("bandwidth_bytes_per_s", "flops_per_s", "overhead_s", "item_s", "sharpn
          "unit_s", "split_len", "max_splits", "full_ctas")
 _L2_FREE = ("l2_bytes", "l2_bandwidth_bytes_per_s", "l2_sharpness")
 _MHA_FREE = ("mha_full_ctas", "mha_overhead_s", "swap_s")
+_MMHA_FREE = ("mmha_flops_per_s", "mmha_unit_s")
+#: TensorRT-LLM's XQA kernels take 2 to 32 query heads per KV head (its JIT's supportConfigQGMMA/HMMA:
+#: head_grp_size x beam_width > 32 unsupported; vanilla MHA not sent to XQA); the rest run MMHA
+XQA_MAX_GROUP = 32.0
+#: the tables' kernel names (``impl``) of TensorRT-LLM's attention op, whose XQA / MMHA dispatch the term describes
+TRTLLM_IMPLS = ("torch_flow",)
+#: whether fit_decode_split fits the MMHA-fallback term: None, on records of TRTLLM_IMPLS, kept where it lowers the loss
+DECODE_MMHA: bool | None = None
 #: the kernels (the records' ``impl``) that run FlashAttention-2's varlen decode, whose query-group
 #: swap the unsplit-MHA term describes: vLLM's vllm_flash_attn on A100 (sm80 builds FA2) and its FA2 on L40S
 FA2_VARLEN_IMPLS = ("vllm_flash_attn", "vllm_flash_attn_fa2")
 #: whether fit_decode_split fits the unsplit-MHA term: None, on records of FA2_VARLEN_IMPLS (benchmarks/RESULTS.md)
 DECODE_MHA: bool | None = None
-#: whether fit_decode_split fits the L2-residency term by default (benchmarks/RESULTS.md, 2026-12-07)
-DECODE_L2 = False
+#: whether fit_decode_split fits the L2-residency term: None (the default), fitted from the fit without it
+#: and kept where it lowers the fit's loss and reads L2 faster than DRAM, as the GEMM's (benchmarks/RESULTS.md)
+DECODE_L2: bool | None = None
 _BOUNDS = {"l2_bytes": (1e5, 1e10), "l2_bandwidth_bytes_per_s": (1e9, 1e15), "l2_sharpness": (0.5, 50.0),
            "head_dim_half": (1e-3, 1e5), "full_q_ctas": (1.0, 1e6), "cta_s": (1e-12, 1e-3),
            "kv_reuse_len": (1e-3, 1e7), "max_reread": (1e-3, 1e4), "unit_s": (1e-10, 1.0), "split_len": (1.0, 1e6),
            "max_splits": (1.0, 1e4), "full_ctas": (1.0, 1e6), "mha_full_ctas": (1.0, 1e6),
-           "mha_overhead_s": (1e-9, 1e-2), "swap_s": (1e-10, 1e-2)}
+           "mha_overhead_s": (1e-9, 1e-2), "swap_s": (1e-10, 1e-2), "mmha_flops_per_s": (1e9, 1e16),
+           "mmha_unit_s": (1e-12, 1e-3)}
 
 
 def _columns(records: list[dict]) -> tuple[np.ndarray, ...]:
@@ -57,8 +67,11 @@ def _model(block: float, records: list[dict]):
     mha, swapped = hq == hk, (hq > hk) & (hk > 1) & (n > 1)
 
     def model(p: dict) -> np.ndarray:
+        on = p.get("mmha_flops_per_s", 0.0) > 0
+        fallback = (mha | (hq > hk * p.get("xqa_max_group", XQA_MAX_GROUP))) if on else np.zeros_like(n, dtype=bool)
+        units = np.where(fallback, n * hq, n * hk)  # attention_terms: MMHA's units are (sequence, query head)
         splits = np.minimum(np.maximum(1.0, c_pad / p["split_len"]), p["max_splits"])
-        occ = np.minimum(1.0, n * hk * splits / p["full_ctas"])
+        occ = np.minimum(1.0, units * splits / p["full_ctas"])
         if p.get("mha_full_ctas", 0.0) > 0:  # attention_terms: MHA unsplit, its own CTA count
             occ = np.where(mha, np.minimum(1.0, n * hk / p["mha_full_ctas"]), occ)
         bw = p["bandwidth_bytes_per_s"]
@@ -67,29 +80,54 @@ def _model(block: float, records: list[dict]):
             mem = kv_bytes * (hit / max(p["l2_bandwidth_bytes_per_s"], bw) + (1.0 - hit) / bw) / occ + q_bytes / bw
         else:
             mem = kv_bytes / (bw * occ) + q_bytes / bw
-        comp = flops / p["flops_per_s"]
+        comp = flops / np.where(fallback, p.get("mmha_flops_per_s", 1.0), p["flops_per_s"])
         hi, lo = np.maximum(mem, comp), np.minimum(mem, comp)
         s = p["sharpness"]
         fixed = p["overhead_s"]
         if p.get("mha_full_ctas", 0.0) > 0:
             fixed = np.where(mha, p["mha_overhead_s"], fixed + np.where(swapped, p["swap_s"], 0.0))
-        return fixed + p["item_s"] * n + p["unit_s"] * n * hk + hi * (1.0 + (lo / hi) ** s) ** (1.0 / s)
+        unit = np.where(fallback, p.get("mmha_unit_s", 0.0), p["unit_s"]) * units
+        return fixed + p["item_s"] * n + unit + hi * (1.0 + (lo / hi) ** s) ** (1.0 / s)
 
     return model
 
 
 def fit_decode_split(records: list[dict], bounds: dict, f_scale: float, l2: bool | None = None,
-                     mha: bool | None = None) -> tuple[dict[str, float], float]:
+                     mha: bool | None = None, mmha: bool | None = None) -> tuple[dict[str, float], float]:
     """(parameters, robust loss) of the split-KV form on ``records``, the best KV tile of KV_BLOCKS;
-    with ``l2`` (default DECODE_L2) the L2-residency term's three parameters fitted too, with ``mha``
-    (default DECODE_MHA; None: where every record's kernel is one of FA2_VARLEN_IMPLS) the query-group
-    swap term's, where some records have one query head per KV head."""
+    with ``mha`` (default DECODE_MHA; None: where every record's kernel is one of FA2_VARLEN_IMPLS) the
+    query-group swap term's parameters fitted too, where some records have one query head per KV head.
+    ``l2`` (default DECODE_L2): True fits the L2-residency term's three parameters on every tile, False
+    never; None fits it from the best fit without it, on its tile, and keeps it where it lowers the loss
+    and reads L2 faster than DRAM (the GEMM's rule, microbench.fit.fit_params). ``mmha`` (default
+    DECODE_MMHA; None: on records all of TRTLLM_IMPLS, kept where it lowers the loss) TensorRT-LLM's
+    MMHA-fallback term, fitted from the fit without it."""
     l2 = DECODE_L2 if l2 is None else l2
     mha = DECODE_MHA if mha is None else mha
     if mha is None:
         mha = all(r.get("impl") in FA2_VARLEN_IMPLS for r in records)
     mha = mha and any(r["num_q_heads"] == r["num_kv_heads"] for r in records)
-    free = _FREE + (_L2_FREE if l2 else ()) + (_MHA_FREE if mha else ())
+    base = _FREE + (_MHA_FREE if mha else ())
+    best = _fit_split(records, bounds, f_scale, base + (_L2_FREE if l2 else ()), KV_BLOCKS)
+    mmha = DECODE_MMHA if mmha is None else mmha
+    if (all(r.get("impl") in TRTLLM_IMPLS for r in records) if mmha is None else mmha) and not mha:
+        start = {**best[0], "mmha_flops_per_s": best[0]["flops_per_s"] / 5.0,
+                 "mmha_unit_s": max(best[0]["unit_s"], 1e-9)}
+        fb = _fit_split(records, bounds, f_scale, base + (_L2_FREE if l2 else ()) + _MMHA_FREE, KV_BLOCKS, start)
+        if fb[1] < best[1] or mmha:
+            best, base = fb, base + _MMHA_FREE
+    if l2 is None:
+        start = {**best[0], "l2_bytes": 32e6, "l2_sharpness": 4.0,
+                 "l2_bandwidth_bytes_per_s": 3.0 * best[0]["bandwidth_bytes_per_s"]}
+        warm = _fit_split(records, bounds, f_scale, base + _L2_FREE, (int(best[0]["kv_block"]),), start)
+        if warm[1] < best[1] and warm[0]["l2_bandwidth_bytes_per_s"] > warm[0]["bandwidth_bytes_per_s"]:
+            best = warm
+    return best
+
+
+def _fit_split(records: list[dict], bounds: dict, f_scale: float, free: tuple[str, ...], blocks: tuple,
+               start: dict | None = None) -> tuple[dict[str, float], float]:
+    """fit_decode_split's least squares over ``free`` for each KV tile of ``blocks``, from ``start`` or guesses."""
     from scipy.optimize import least_squares  # noqa: PLC0415
 
     t = np.array([r["time_s"] for r in records], dtype=float)
@@ -103,18 +141,21 @@ def fit_decode_split(records: list[dict], bounds: dict, f_scale: float, l2: bool
              "l2_bytes": 32e6, "l2_sharpness": 4.0, "mha_full_ctas": 64.0,
              "mha_overhead_s": float(np.min(t)) * 0.5, "swap_s": float(np.min(t)) * 0.1}
     guess["l2_bandwidth_bytes_per_s"] = 3.0 * guess["bandwidth_bytes_per_s"]
+    guess.update(start or {})
     all_bounds = {**bounds, **_BOUNDS}
     lo = np.log([all_bounds[p][0] for p in free])
     hi = np.log([all_bounds[p][1] for p in free])
     x0 = np.clip(np.log([max(guess[p], 1e-30) for p in free]), lo + 1e-9, hi - 1e-9)
     log_t = np.log(t)
     best = None
-    for block in KV_BLOCKS:
+    for block in blocks:
         model = _model(block, records)
         res = least_squares(lambda lp: np.log(model(dict(zip(free, np.exp(lp))))) - log_t, x0,
                             bounds=(lo, hi), loss="soft_l1", f_scale=f_scale)
         if best is None or res.cost < best[1]:
             params = {"x_half": 0.0, "kv_block": float(block), **dict(zip(free, map(float, np.exp(res.x))))}
+            if "mmha_flops_per_s" in free:  # given, not fitted: TensorRT-LLM's source
+                params["xqa_max_group"] = XQA_MAX_GROUP
             best = params, float(res.cost)
     return best
 
@@ -178,7 +219,14 @@ def describe_split(p: dict) -> str:
         return ""
     return (f"split-KV: {p['kv_block']:.0f}-token KV tiles, splits of {p['split_len']:.0f} tokens up to "
             f"{p['max_splits']:.0f}, full bandwidth from {p['full_ctas']:.0f} CTAs, {p['unit_s'] * 1e9:.1f} ns "
-            f"per (sequence, KV head)" + _describe_swap(p))
+            f"per (sequence, KV head)" + _describe_swap(p) + _describe_mmha(p))
+
+
+def _describe_mmha(p: dict) -> str:
+    if not p.get("mmha_flops_per_s", 0) > 0:
+        return ""
+    return (f"; MHA and groups over {p['xqa_max_group']:.0f} on MMHA: {p['mmha_flops_per_s'] / 1e12:.2f} TFLOP/s, "
+            f"{p['mmha_unit_s'] * 1e9:.1f} ns per (sequence, query head)")
 
 
 def _describe_swap(p: dict) -> str:

@@ -43,6 +43,13 @@ in place of ``overhead_s``. The swap is a view for one sequence or one KV head, 
 queries in and the output out: ``swap_s`` more per launch with n > 1 and h_kv > 1. On A100 SXM under
 vLLM 0.14 the held-out error falls from 16.7% to 6.9% (benchmarks/RESULTS.md).
 
+**Decode MMHA fallback** (optional, on with the split-KV term when ``mmha_flops_per_s`` > 0): TensorRT-LLM
+runs XQA (one CTA per sequence and KV head, its query heads on tensor cores) only for 2 to ``xqa_max_group``
+(32) query heads per KV head; MHA and larger groups run its masked multi-head attention kernel (MMHA): one
+unit per (sequence, query head), the dot products on CUDA cores. Those launches count n x h_q units (each
+``mmha_unit_s``) for the occupancy and run the math at ``mmha_flops_per_s``. On H100 SXM: 6.7 TFLOP/s and
+6 ns a unit against XQA's 44 TFLOP/s and 29 ns (benchmarks/RESULTS.md).
+
 **Prefill attention** (optional, on when ``head_dim_half`` > 0): FlashAttention's FLOP rate grows
 with the head dim (more math per tile load; head dim 64 runs at 60% of 192's on an H100), and a
 prefill with few (sequence, query head, query tile) CTAs cannot fill the SMs. Its compute term
@@ -81,6 +88,8 @@ from sim.model.dtypes import DTYPE_BYTES
 SPLIT_PARAMS = ("unit_s", "kv_block", "split_len", "max_splits", "full_ctas")
 L2_PARAMS = ("l2_bytes", "l2_bandwidth_bytes_per_s", "l2_sharpness")
 MHA_PARAMS = ("mha_full_ctas", "mha_overhead_s", "swap_s")
+MMHA_PARAMS = ("xqa_max_group", "mmha_flops_per_s", "mmha_unit_s")
+MMHA_LIMITS = {"xqa_max_group": (1.0, 1e6), "mmha_flops_per_s": (1.0, 1e18), "mmha_unit_s": (0.0, 1.0)}
 MHA_LIMITS = {"mha_full_ctas": (1.0, 1e9), "mha_overhead_s": (0.0, 1.0), "swap_s": (0.0, 1.0)}
 L2_LIMITS = {"l2_bytes": (1.0, 1e12), "l2_bandwidth_bytes_per_s": (1.0, 1e16), "l2_sharpness": (0.1, 1e3)}
 PREFILL_PARAMS = ("head_dim_half", "q_block", "full_q_ctas")
@@ -99,6 +108,16 @@ def split_on(params: dict) -> bool:
 def mha_on(params: dict) -> bool:
     """Whether ``params`` carry the unsplit-MHA term (mha_full_ctas > 0, with the split-KV term)."""
     return split_on(params) and params.get("mha_full_ctas", 0.0) > 0
+
+
+def mmha_on(params: dict) -> bool:
+    """Whether ``params`` carry the MMHA-fallback term (mmha_flops_per_s > 0, with the split-KV term)."""
+    return split_on(params) and params.get("mmha_flops_per_s", 0.0) > 0
+
+
+def runs_mmha(params: dict, group: float) -> bool:
+    """Whether a launch of ``group`` query heads per KV head runs the MMHA fallback (MHA or above xqa_max_group)."""
+    return mmha_on(params) and (group == 1 or group > params["xqa_max_group"])
 
 
 def l2_on(params: dict) -> bool:
@@ -166,7 +185,7 @@ def decode_shape_s(params: dict, shape: dict) -> float:
     n, b, hk, d, hq = (shape["num_seqs"], DTYPE_BYTES[shape.get("dtype", "bf16")], shape["num_kv_heads"],
                        shape["head_dim"], shape["num_q_heads"])
     return decode_split_s(params, n, n * shape["context_len"], hk, 2 * hk * d * b, n * 2 * hq * d * b, 4.0 * hq * d,
-                          mha=hq == hk)
+                          mha=hq == hk, q_heads=hq)
 
 
 def prefill_shape_gqa(params: dict, shape: dict) -> tuple[float, float]:
@@ -184,31 +203,35 @@ def smooth_max(hi: float, lo: float, p: float) -> float:
 
 
 def decode_split_s(params: dict, num_seqs: float, kv_tokens: float, num_kv_heads: float,
-                   kv_bytes_per_token: float, q_bytes: float, flops_per_kv_token: float, mha: bool = False) -> float:
+                   kv_bytes_per_token: float, q_bytes: float, flops_per_kv_token: float, mha: bool = False,
+                   q_heads: float | None = None) -> float:
     """One decode-attention launch (module docstring) on ``num_seqs`` sequences attending to
     ``kv_tokens`` KV tokens in all (their mean context padded to whole tiles); ``mha``: one query
-    head per KV head (with the unsplit-MHA term on: no splits, ``mha_full_ctas``)."""
+    head per KV head (with the unsplit-MHA term on: no splits, ``mha_full_ctas``); ``q_heads``
+    (None: unknown, the MMHA-fallback term then only for ``mha``) for the MMHA-fallback term."""
     if num_seqs <= 0:
         return params["overhead_s"]
     block = params["kv_block"]
     c_pad = math.ceil(kv_tokens / num_seqs / block - 1e-9) * block
+    fallback = runs_mmha(params, 1.0 if mha else (q_heads / num_kv_heads if q_heads else 0.0))
+    units = num_seqs * ((q_heads or num_kv_heads) if fallback else num_kv_heads)
     if mha and mha_on(params):
-        occ = min(1.0, num_seqs * num_kv_heads / params["mha_full_ctas"])
+        occ = min(1.0, units / params["mha_full_ctas"])
     else:
         splits = min(max(1.0, c_pad / params["split_len"]), params["max_splits"])
-        occ = min(1.0, num_seqs * num_kv_heads * splits / params["full_ctas"])
+        occ = min(1.0, units * splits / params["full_ctas"])
     bw = params["bandwidth_bytes_per_s"]
     kv_total = num_seqs * c_pad * kv_bytes_per_token
     kv_s = kv_total * l2_seconds_per_byte(params, kv_total) / occ if l2_on(params) else kv_total / (bw * occ)
     mem = kv_s + q_bytes / bw
-    comp = num_seqs * c_pad * flops_per_kv_token / params["flops_per_s"]
+    comp = num_seqs * c_pad * flops_per_kv_token / params["mmha_flops_per_s" if fallback else "flops_per_s"]
     hi, lo = (mem, comp) if mem >= comp else (comp, mem)
     fixed = params["overhead_s"]
     if mha_on(params):  # FlashAttention-2's query-group swap: MHA unswapped, GQA's q and out copied
         copied = num_kv_heads > 1 and num_seqs > 1
         fixed = params["mha_overhead_s"] if mha else fixed + (params["swap_s"] if copied else 0.0)
-    return (fixed + params["item_s"] * num_seqs + params.get("unit_s", 0.0) * num_seqs * num_kv_heads
-            + smooth_max(hi, lo, params["sharpness"]))
+    unit = params["mmha_unit_s"] * units if fallback else params.get("unit_s", 0.0) * num_seqs * num_kv_heads
+    return fixed + params["item_s"] * num_seqs + unit + smooth_max(hi, lo, params["sharpness"])
 
 
 def split_params_from_dict(raw: dict, file: str, where: str, names: tuple = SPLIT_PARAMS,
@@ -232,7 +255,7 @@ def split_params_from_dict(raw: dict, file: str, where: str, names: tuple = SPLI
 def attention_param_names(params: dict) -> tuple[str, ...]:
     """The optional attention parameters ``params`` carry (written with the fit)."""
     return ((SPLIT_PARAMS if split_on(params) else ()) + (L2_PARAMS if l2_on(params) else ())
-            + (MHA_PARAMS if mha_on(params) else ()) + (PREFILL_PARAMS if prefill_on(params) else ())
+            + (MHA_PARAMS if mha_on(params) else ()) + (MMHA_PARAMS if mmha_on(params) else ()) + (PREFILL_PARAMS if prefill_on(params) else ())
             + (GQA_PARAMS if gqa_on(params) else ()))
 
 
@@ -244,8 +267,9 @@ def attention_params_from_dict(kernel: str, raw: dict, file: str, where: str) ->
     gqa = split_params_from_dict(raw, file, where, GQA_PARAMS, GQA_LIMITS, "the GQA-packing term")
     l2 = split_params_from_dict(raw, file, where, L2_PARAMS, L2_LIMITS, "the L2-residency term")
     mha = split_params_from_dict(raw, file, where, MHA_PARAMS, MHA_LIMITS, "the unsplit-MHA term")
+    mmha = split_params_from_dict(raw, file, where, MMHA_PARAMS, MMHA_LIMITS, "the MMHA-fallback term")
     for term, name, key in ((split, "decode_attention", "full_ctas"), (l2, "decode_attention", "l2_bytes"),
-                            (mha, "decode_attention", "mha_full_ctas"), (pre, "prefill_attention", "head_dim_half"),
+                            (mha, "decode_attention", "mha_full_ctas"), (mmha, "decode_attention", "mmha_flops_per_s"), (pre, "prefill_attention", "head_dim_half"),
                             (gqa, "prefill_attention", "kv_reuse_len")):
         if term and kernel != name:
             raise ConfigError(file, f"{where}.{key}", f"the {key} term is for {name} only")
@@ -258,4 +282,10 @@ def attention_params_from_dict(kernel: str, raw: dict, file: str, where: str) ->
     if mha and not split:
         raise ConfigError(file, f"{where}.mha_full_ctas", "the unsplit-MHA term needs the split-KV term "
                           "(" + ", ".join(SPLIT_PARAMS) + ")")
-    return split | l2 | mha | pre | gqa
+    if mmha and not split:
+        raise ConfigError(file, f"{where}.mmha_flops_per_s", "the MMHA-fallback term needs the split-KV term "
+                          "(" + ", ".join(SPLIT_PARAMS) + ")")
+    if mmha and mha:
+        raise ConfigError(file, f"{where}.mmha_flops_per_s", "one kernel's term: the MMHA-fallback term "
+                          "(TensorRT-LLM) or the unsplit-MHA term (FlashAttention-2), not both")
+    return split | l2 | mha | mmha | pre | gqa

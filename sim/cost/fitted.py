@@ -105,6 +105,7 @@ class FittedCost:
     kv_heads: float = 1.0  # KV heads on one GPU (1 for MLA's latent): decode attention's split-KV term
     q_heads: float = 1.0  # query heads on one GPU and their head dim: prefill attention's term
     head_dim: float = 0.0
+    decode_q_heads: float | None = None  # the query heads decode attention's MMHA-fallback term counts (None: MLA)
 
     def without_composition(self) -> FittedCost:
         return dataclasses.replace(self, composition=None) if self.composition is not None else self
@@ -146,7 +147,7 @@ class FittedCost:
                                              if not split_on(self.decode) else decode_split_s(
                 self.decode, num_decode_tokens, shape.decode_kv_tokens, self.kv_heads, self.kv_bytes_per_token_layer,
                 num_decode_tokens * self.q_bytes_per_token_layer, self.attn_flops_per_pair_layer,
-                mha=self.q_heads == self.kv_heads))
+                mha=self.q_heads == self.kv_heads, q_heads=self.decode_q_heads))
         if num_prefill_tokens > 0:
             nbytes = (shape.prefill_kv_tokens * self.kv_bytes_per_token_layer
                       + num_prefill_tokens * self.q_bytes_per_token_layer)
@@ -276,4 +277,4 @@ def build_fitted_cost(model: ModelSpec, cal: Calibration, kv_dtype: KVDtype | st
         moe_routing_bytes_per_token=moe_routing_bytes_per_token(model, act_bytes),
         moe_routing_launches=routing_launches, collectives=collectives, head_gemm=head_gemm,
         kv_heads=1.0 if model.is_mla else float(model.num_kv_heads), q_heads=float(model.num_attention_heads),
-        head_dim=float(model.head_dim))
+        head_dim=float(model.head_dim), decode_q_heads=None if model.is_mla else float(model.num_attention_heads))
