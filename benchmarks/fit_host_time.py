@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "published"))
 from split import train_ids  # noqa: E402
 from suite import load_cases, simulate_metric  # noqa: E402
 
-PYTHON_ENGINES = ("vllm-v0", "vllm-v1", "sglang")
+PYTHON_ENGINES = ("vllm-v0", "vllm-v1", "sglang", "sglang-0.4")
 COMPILED_ENGINES = ("trtllm", "compiled")
 FAMILIES = ("step_latency", "saturated_throughput", "latency_under_load")
 GRIDS = {

@@ -7,8 +7,8 @@ as it is (their fits are the slow part, and two files keep an older prefill fit 
 For each file: the tables of its GPU and backend at the framework version its GEMM was imported at
 (its provenance's ``framework``) are converted again (microbench.aiconfigurator.import_records), the
 GEMM is fitted and cross-validated by shape as the import does (microbench.fit.fit_kernel with
-``device_gemm_tiles``: the tile/wave term, its regimes, split-k and L2 residency) but on the file's
-own tile (the import's tile search over seven candidates is kept out to make 15 files fit in minutes;
+``measured_gemm_tiles``: the tile/wave term, its regimes, split-k, its SM-fill cap and L2 residency) but on
+the file's own tile (the import's tile search over seven candidates is kept out to make 15 files fit in minutes;
 ``microbench import aiconfigurator`` itself still searches), and the file's ``kernels.gemm``,
 ``peak_flops`` (the GEMM's fitted FLOP rate, as the import writes it) and the ``gemm`` entry of
 ``provenance.fit`` are replaced; the rest is rewritten byte for byte. ``--check``: write nothing,
@@ -31,12 +31,12 @@ sys.path.insert(0, str(ROOT))
 
 from microbench.aiconfigurator import SYSTEMS, import_records  # noqa: E402
 from microbench.fit import fit_kernel  # noqa: E402
-from microbench.gemm_tiles import device_gemm_tiles  # noqa: E402
+from microbench.gemm_tiles import measured_gemm_tiles  # noqa: E402
 from sim.calib.calibration import calibration_to_dict, load_calibration  # noqa: E402
 
 
-NOTE = ("GEMM refitted with split-k and L2 residency (kept where it lowers the fit's loss) by "
-        "benchmarks/refit_imported_gemm.py, the tile of the first import kept")
+NOTE = ("GEMM refitted with split-k, its SM-fill cap and L2 residency (the last two kept where they lower the "
+        "fit's loss) by benchmarks/refit_imported_gemm.py, the tile of the first import kept")
 
 
 def refit(path: Path) -> tuple[str, str]:
@@ -48,7 +48,7 @@ def refit(path: Path) -> tuple[str, str]:
     found = re.search(rf"gemm: {backend} (\S+?)(,|$)", cal.provenance.get("framework", ""))
     records, device, _ = import_records(system, backend, found.group(1) if found else None)
     old = cal.kernels["gemm"]
-    tiles = device_gemm_tiles(device, split_k=True, l2=True)
+    tiles = measured_gemm_tiles(device)
     tiles = dataclasses.replace(tiles, candidates=((int(old.params["tile_m"]), int(old.params["tile_n"])),))
     new = fit_kernel("gemm", [r for r in records if r["kernel"] == "gemm"], grid=False, tiles=tiles)
     prov = dict(cal.provenance)

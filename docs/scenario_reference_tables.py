@@ -86,6 +86,19 @@ def _profile_table() -> str:
     return "\n".join(lines)
 
 
+def _batch_defaults_table() -> str:
+    """vLLM V1's batch limits by GPU, the rows of sim/config/batch_defaults.py's VLLM_V1_TIERS."""
+    from sim.config.batch_defaults import GIB, VLLM_V1_TIERS
+    lines = ["| the calibration's `memory_bytes` | `scheduler.max_num_seqs` | `scheduler.max_num_batched_tokens`: "
+             "`offline` | `api-server`, `chat` |", "|---|---|---|---|"]
+    for least, excluded, seqs, llm_tokens, server_tokens in VLLM_V1_TIERS:
+        gpu = f">= {least // GIB} GiB" if least else "less, or an excluded GPU"
+        if excluded:
+            gpu += f", `gpu_name` without {excluded!r}"
+        lines.append(f"| {gpu} | {seqs} | {llm_tokens} | {server_tokens} |")
+    return "\n".join(lines)
+
+
 def _limits() -> str:
     c = CALIBRATION_LIMITS
     cal = (f"`memory_bytes` {_bytes(c['memory_bytes'][0])} to {_bytes(c['memory_bytes'][1])}, "

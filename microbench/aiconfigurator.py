@@ -285,11 +285,11 @@ def build_calibration(records: list[dict], device: dict, base, *, folds: int = 5
     tile/wave term, regimes, split-k and L2 residency on the datasheet SM count), every other number
     the datasheet ``base``'s; ``kernel_timing: device``."""
     from microbench.fit import fit  # noqa: PLC0415
-    from microbench.gemm_tiles import device_gemm_tiles  # noqa: PLC0415
+    from microbench.gemm_tiles import measured_gemm_tiles  # noqa: PLC0415
 
     device = {**device, "memory_bytes": base.memory_bytes}
     cal = fit(records, device=device, base=base, name=device["name"], folds=folds, grid=grid,
-              gemm_tiles=device_gemm_tiles(device, split_k=True, l2=True))
+              gemm_tiles=measured_gemm_tiles(device))
     return with_datasheet(cal, records, base)
 
 

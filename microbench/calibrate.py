@@ -197,7 +197,7 @@ def calibrate(argv: list[str], *, device_arg: str, models: list[str] | None, qui
 
     from microbench.compose import describe_composition  # noqa: PLC0415
     from microbench.fit import describe, fit  # noqa: PLC0415
-    from microbench.gemm_tiles import device_gemm_tiles  # noqa: PLC0415
+    from microbench.gemm_tiles import measured_gemm_tiles  # noqa: PLC0415
     from microbench.interconnect_step import interconnect_step, with_interconnect  # noqa: PLC0415
     from sim.calib.calibration import calibration_to_dict  # noqa: PLC0415
     from sim.model.hf_config import load_model  # noqa: PLC0415
@@ -236,7 +236,7 @@ def calibrate(argv: list[str], *, device_arg: str, models: list[str] | None, qui
                           f"are kept in {jsonl_path} (fit them: {refit})")
     dev["provenance"]["measurements"] = jsonl_path.name
     try:
-        cal = fit(records, device=dev, name=yaml_path.stem, gemm_tiles=device_gemm_tiles(dev))
+        cal = fit(records, device=dev, name=yaml_path.stem, gemm_tiles=measured_gemm_tiles(dev))
     except ConfigError as exc:
         raise ConfigError(str(jsonl_path), exc.key, f"{exc.message} (the measurements are kept; {refit})") from None
     except Exception:

@@ -117,7 +117,7 @@ def _fit(args) -> int:
 
     from microbench.compose import describe_composition  # noqa: PLC0415
     from microbench.fit import describe, fit  # noqa: PLC0415
-    from microbench.gemm_tiles import device_gemm_tiles  # noqa: PLC0415
+    from microbench.gemm_tiles import measured_gemm_tiles  # noqa: PLC0415
     from microbench.peaks import describe_precision  # noqa: PLC0415
     from microbench.records import read_jsonl  # noqa: PLC0415
     from sim.calib.calibration import calibration_to_dict, load_calibration  # noqa: PLC0415
@@ -133,7 +133,7 @@ def _fit(args) -> int:
         device.setdefault("provenance", {})["measurements"] = Path(args.measurements).name
     try:
         cal = fit(records, device=device, base=base, name=args.name or out.stem, folds=args.folds,
-                  grid=not args.no_grid, gemm_tiles=device_gemm_tiles(device))
+                  grid=not args.no_grid, gemm_tiles=measured_gemm_tiles(device))
     except ConfigError as exc:  # the fit names "<measurements>": name the file
         raise ConfigError(args.measurements, exc.key, exc.message) from None
     check_fitted(cal, measurements=args.measurements)

@@ -1,22 +1,19 @@
 """Fit kernel time models to measurements, cross-validate them by shape, build a Calibration.
 
-``fit(records) -> Calibration`` fits every kernel present (sim.calib.kernel_models' one model
-form; parameters physical: bytes/s, FLOP/s, tokens, seconds), reports each fit's error
-by k-fold cross-validation *by shape* (all timings of one shape, i.e. all fields but the
-kernel's axis, are held out together and predicted by the analytic form alone, as a
-shape of an unseen model would be), and keeps the measurements as the interpolation grid.
+``fit(records) -> Calibration`` fits every kernel present (sim.calib.kernel_models' one model form;
+parameters physical: bytes/s, FLOP/s, tokens, seconds), reports each fit's error by k-fold
+cross-validation *by shape* (all timings of one shape, i.e. all fields but the kernel's axis, held out
+together and predicted by the analytic form alone, as an unseen model's), and keeps the measurements as
+the interpolation grid.
 
-With ``tiles=GemmTiles(sm_count, candidates)`` (microbench/gemm_tiles.py) the GEMM's form
-gains cuBLAS's tile and wave quantisation (sim/calib/gemm_tiles.py): the SM count is given
-(a datasheet fact), the tile shape is chosen among the candidates by the lowest training
-loss (each candidate fitted), and the wave-tail weight and per-tile k overhead are fitted
-with the other parameters.
-``GemmTiles(..., regimes=CUBLAS_REGIMES)`` adds the kernel regimes (tile height and efficiency
-by token count): their bounds and tile heights given, the two efficiencies fitted, the
-candidate tile then being the large-m regime's.
+With ``tiles=GemmTiles(sm_count, candidates)`` (microbench/gemm_tiles.py) the GEMM's form gains
+cuBLAS's tile and wave quantisation (sim/calib/gemm_tiles.py): the SM count given (a datasheet fact),
+the tile chosen among the candidates by the lowest training loss, the wave-tail weight and per-tile k
+overhead fitted; ``regimes=CUBLAS_REGIMES`` adds the kernel regimes (tile height and efficiency by
+token count, their two efficiencies fitted), and the flags split-k, its SM-fill cap and L2 residency.
 
-Fitting minimizes a robust (soft-L1) loss on log(predicted / measured), so that a 10 us
-and a 10 ms timing weigh alike and a few noisy timings do not pull the fit.
+Fitting minimizes a robust (soft-L1) loss on log(predicted / measured): a 10 us and a 10 ms timing weigh
+alike, and a few noisy timings do not pull the fit.
 """
 
 from __future__ import annotations
@@ -36,14 +33,15 @@ from sim.calib.calibration import Calibration, CalibrationSource
 from sim.errors import ConfigError
 from sim.calib.kernel_models import KERNELS, GridRow, KernelFit, analytic_s, features, grid_key
 
-MAX_GRID_POINTS = 48  # per shape; log-spaced subsample of the measured axis values
-F_SCALE = 0.05  # soft-L1 scale of the log residuals: errors past ~5% count linearly (robust)
+#: fit_params fits split-k's fill cap, then L2 residency, each from the best fit so far (the cap from these, -1:
+FILL_STARTS = (1.5, 3.0, -1.0)  # every parameter from the guesses; the loss jumps at whole waves), kept if better
+MAX_GRID_POINTS, F_SCALE = 48, 0.05  # grid points per shape (log-spaced); the soft-L1 scale of the log residuals
 # (lower, upper) bounds of the free parameters
 BOUNDS = {"bandwidth_bytes_per_s": (1e6, 1e15), "flops_per_s": (1e6, 1e17), "x_half": (1e-3, 1e5),
           "overhead_s": (1e-9, 1.0), "item_s": (1e-10, 1.0), "sharpness": (1.0, 30.0),
           "wave_tail": (1e-4, 1.0), "k_half": (1e-3, 1e5), "small_efficiency": (0.1, 2.0),
           "mid_efficiency": (0.1, 2.0),  # a regime's kernels: at most twice the large-m ones' FLOP rate
-          **TERM_BOUNDS}  # split-k's, L2 residency's and the CTA read rate's (microbench/gemm_tiles.py)
+          **TERM_BOUNDS}  # split-k's, its fill cap's and L2 residency's (microbench/gemm_tiles.py)
 
 
 def _arrays(kernel: str, records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
@@ -91,9 +89,8 @@ def _vector_model(free: list[str], fixed: dict, feats: np.ndarray, mnk: np.ndarr
 def fit_params(kernel: str, records: list[dict], tiles: GemmTiles | None = None) -> dict[str, float]:
     """Least-squares parameters of ``kernel``'s model form on ``records`` (at least 2).
 
-    ``tiles`` (GEMMs with FLOPs only): fit each candidate tile and keep the one of least loss
-    (with ``tiles.regimes``, the regimes' two efficiencies fitted too); given for decode
-    and prefill attention (a GPU's SM count known), their attention terms (microbench.attention_fit).
+    ``tiles`` (GEMMs with FLOPs only): fit each candidate tile and keep the one of least loss (with
+    ``tiles.regimes``, the regimes' efficiencies too); for attention, its terms (microbench.attention_fit).
     """
     if kernel in ("decode_attention", "prefill_attention") and tiles is not None:  # a GPU's: attention_fit
         return (fit_decode_split if kernel == "decode_attention" else fit_prefill)(records, BOUNDS, F_SCALE)[0]
@@ -105,12 +102,14 @@ def fit_params(kernel: str, records: list[dict], tiles: GemmTiles | None = None)
         if tiles.regimes is not None:
             fixed.update(zip(REGIME_GIVENS, map(float, tiles.regimes)))
         fixed.update(tiles.term_flags())  # flags here: the optional terms fitted (_fit_params)
-        fits = [_fit_params(kernel, records, {k: v for k, v in fixed.items() if k != "l2_resident_bytes"})]
-        if "l2_resident_bytes" in fixed:  # the L2 term's fit starts from the fit without it, kept if better
-            fits.append(_fit_params(kernel, records, fixed, start=fits[0][0]))
-        for params, cost in fits:
-            if best is None or cost < best[1]:
-                best = params, cost
+        nested = [key for key in ("split_k_fill", "l2_resident_bytes") if key in fixed]
+        given = {k: v for k, v in fixed.items() if k not in nested}
+        fit_ = _fit_params(kernel, records, given)
+        for key, start in [(key, s) for key in nested for s in (FILL_STARTS if key == "split_k_fill" else (0.0,))]:
+            trial = _fit_params(kernel, records, {**given, key: 1.0}, start=None if start < 0 else
+                                {**fit_[0], **({key: start} if start else {})})
+            given, fit_ = ({**given, key: 1.0}, trial) if trial[1] < fit_[1] else (given, fit_)
+        best = fit_ if best is None or fit_[1] < best[1] else best
     p = best[0]  # an L2 no faster than the DRAM changes nothing: left out
     return gemm_cold_l2(p) if p.get("l2_resident_bandwidth_bytes_per_s", 0) <= p["bandwidth_bytes_per_s"] else p
 
@@ -308,7 +307,8 @@ def describe(fit_: KernelFit) -> str:
                 parts.append(f"regimes <= {p['small_max_m']:.0f} / <= {p['mid_max_m']:.0f} tokens at "
                              f"{p['small_efficiency']:.2f} / {p['mid_efficiency']:.2f}")
             if p.get("split_k_len", 0) > 0:
-                parts.append(f"split-k: chunks of {p['split_k_len']:.0f} k, up to {p['max_split_k']:.1f}")
+                parts.append(f"split-k: chunks of {p['split_k_len']:.0f} k, up to {p['max_split_k']:.1f}"
+                             + (f", {p['split_k_fill']:.2f} CTAs per SM" if p.get("split_k_fill", 0) > 0 else ""))
         if p.get("l2_resident_bytes", 0) > 0:
             parts.append(f"L2: {p['l2_resident_bytes'] / 1e6:.0f} MB at {p['l2_resident_bandwidth_bytes_per_s'] / 1e9:.0f} GB/s")
     parts += [describe_split(p)] if describe_split(p) else []

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.calib.gemm_tiles import L2_PARAMS, SPLIT_K_PARAMS
+from sim.calib.gemm_tiles import L2_PARAMS, SPLIT_FILL_PARAMS, SPLIT_K_PARAMS
 from sim.model.dtypes import DTYPE_BYTES
 
 #: cuBLAS-like Ampere/Hopper tensor-core tiles (m: tokens x n: output features)
@@ -20,10 +20,13 @@ CUBLAS_REGIMES = (64, 64, 256, 64)
 REGIME_GIVENS = ("small_max_m", "small_tile_m", "mid_max_m", "mid_tile_m")
 #: the optional terms a fit can add: GemmTiles' flag -> the given tile's key that asks for them, the
 #: parameters fitted, their bounds and starting guesses (relative ones scale the fit's bandwidth guess)
-TERMS = {"split_k": ("split_k_len", SPLIT_K_PARAMS), "l2": ("l2_resident_bytes", L2_PARAMS)}
+TERMS = {"split_k": ("split_k_len", SPLIT_K_PARAMS), "split_fill": ("split_k_fill", SPLIT_FILL_PARAMS),
+         "l2": ("l2_resident_bytes", L2_PARAMS)}
 TERM_BOUNDS = {"split_k_len": (1.0, 1e6), "max_split_k": (1.0, 1e3), "l2_resident_bytes": (1e5, 1e10),
-               "l2_resident_bandwidth_bytes_per_s": (1e9, 1e15), "l2_resident_sharpness": (0.5, 20.0)}
-TERM_GUESSES = {"split_k_len": 1024.0, "max_split_k": 16.0, "l2_resident_bytes": 32e6, "l2_resident_sharpness": 2.0}
+               "l2_resident_bandwidth_bytes_per_s": (1e9, 1e15), "l2_resident_sharpness": (0.5, 20.0),
+               "split_k_fill": (0.01, 100.0)}
+TERM_GUESSES = {"split_k_len": 1024.0, "max_split_k": 16.0, "l2_resident_bytes": 32e6, "l2_resident_sharpness": 2.0,
+                "split_k_fill": 2.0}
 TERM_RELATIVE_GUESSES = {"l2_resident_bandwidth_bytes_per_s": 2.0}
 
 
@@ -37,26 +40,36 @@ class GemmTiles:
     regimes: tuple[int, int, int, int] | None = None
     split_k: bool = False  # fit split-k's split_k_len and max_split_k too (sim/calib/gemm_tiles.py)
     l2: bool = False  # fit the L2-residency term (sim/calib/gemm_memory.py)
+    split_fill: bool = False  # fit split-k's SM-fill cap split_k_fill (with split_k only)
 
     def term_flags(self) -> dict[str, float]:
         """The given tile's keys that ask _fit_params to fit the optional terms on."""
         return {key: 1.0 for flag, (key, _) in TERMS.items() if getattr(self, flag)}
 
 
-def device_gemm_tiles(device: dict | None, split_k: bool = False, l2: bool = False) -> GemmTiles | None:
+def device_gemm_tiles(device: dict | None, split_k: bool = False, l2: bool = False,
+                      split_fill: bool = False) -> GemmTiles | None:
     """The GEMM's tile/wave term with the kernel regimes for a measured GPU: its SM count from
     the device record's provenance (``microbench calibrate`` writes torch's multi_processor_count);
-    None for a CPU or a record without it (the smooth roofline form). ``split_k``, ``l2``: fit the
-    split-k and L2-residency terms too (``microbench import aiconfigurator`` fits both; off for
-    ``microbench calibrate``, whose GPU runs have not been studied with them; split-k alone raised
-    the held-out error on NVIDIA's L40S tables, 19.4% -> 21.6%; benchmarks/RESULTS.md)."""
+    None for a CPU or a record without it (the smooth roofline form). ``split_k``, ``l2``, ``split_fill``:
+    fit split-k, L2 residency and split-k's SM-fill cap too (measured_gemm_tiles: all three; split-k alone
+    raised the held-out error on NVIDIA's L40S tables, 19.4% -> 21.6%, with L2 residency it lowers it;
+    benchmarks/RESULTS.md)."""
     raw = ((device or {}).get("provenance") or {}).get("sm_count")
     try:
         sms = int(str(raw))
     except ValueError:
         return None
     ok = 0 < sms <= 10_000
-    return GemmTiles(sm_count=sms, regimes=CUBLAS_REGIMES, split_k=split_k, l2=l2) if ok else None
+    return GemmTiles(sm_count=sms, regimes=CUBLAS_REGIMES, split_k=split_k, l2=l2,
+                     split_fill=split_fill and split_k) if ok else None
+
+
+def measured_gemm_tiles(device: dict | None) -> GemmTiles | None:
+    """The GEMM form every measured GPU is fitted with (``microbench import aiconfigurator``, ``microbench
+    fit`` and ``microbench calibrate`` alike, once the SM count is known): the tile/wave term, its regimes,
+    split-k, its SM-fill cap and L2 residency (the last two kept only where they lower the fit's loss)."""
+    return device_gemm_tiles(device, split_k=True, l2=True, split_fill=True)
 
 
 def gemm_columns(records: list[dict]) -> np.ndarray:
@@ -74,8 +87,13 @@ def _tile_rows(fixed: dict, mnk: np.ndarray):
     return regime, tm, np.ceil(m / tm) * np.ceil(n / fixed["tile_n"])
 
 
-def _splits(p: dict, k: np.ndarray):
-    return np.maximum(1.0, np.minimum(k / p["split_k_len"], p["max_split_k"])) if p.get("split_k_len", 0) > 0 else 1.0
+def _splits(p: dict, k: np.ndarray, tiles: np.ndarray):
+    if not p.get("split_k_len", 0) > 0:
+        return 1.0
+    cap = p["max_split_k"]
+    if p.get("split_k_fill", 0) > 0:  # sim.calib.gemm_tiles.k_splits' SM-fill cap
+        cap = np.minimum(cap, p["split_k_fill"] * p["sm_count"] / tiles)
+    return np.maximum(1.0, np.minimum(k / p["split_k_len"], cap))
 
 
 def vector_work_scale(fixed: dict, mnk: np.ndarray):
@@ -89,7 +107,7 @@ def vector_work_scale(fixed: dict, mnk: np.ndarray):
     def scale(p: dict) -> np.ndarray:
         full, waves, depth = tiles / sms, np.ceil(tiles / sms), 1.0
         if p.get("split_k_len", 0) > 0:
-            splits = _splits(p, k)
+            splits = _splits(p, k, tiles)
             split = splits > 1.0  # as executed_flops: the split rows' waves from tiles x splits
             full = np.where(split, tiles * splits / sms, full)
             waves = np.where(split, np.ceil(full - 1e-9), waves)

@@ -27,7 +27,7 @@ from suite import load_cases, run_case  # noqa: E402
 from sim.calib.calibration import calibration_file  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
 
-BACKEND = {"vllm-v1": "vllm", "vllm-v0": "vllm", "sglang": "sglang", "trtllm": "trtllm", "trtllm-pytorch": "trtllm"}
+BACKEND = {"vllm-v1": "vllm", "vllm-v0": "vllm", "sglang": "sglang", "sglang-0.4": "sglang", "trtllm": "trtllm", "trtllm-pytorch": "trtllm"}
 
 
 def measured_case(case):

@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 CASES_DIR = HERE / "cases"
 
 FAMILIES = ("step_latency", "saturated_throughput", "latency_under_load", "memory_plan", "offload_gain")
-PROFILES = ("eager", "vllm-v1", "vllm-v0", "sglang", "trtllm", "trtllm-pytorch", "compiled", "lmdeploy")  # sim/cost/profile.py
+PROFILES = ("eager", "vllm-v1", "vllm-v0", "sglang", "sglang-0.4", "trtllm", "trtllm-pytorch", "compiled", "lmdeploy")  # sim/cost/profile.py
 #: How the source's harness drove the engine (sim/cost/profile.py Entrypoint): an HTTP server streaming
 #: to a benchmark client, or the engine's own API in process (trtllm-bench, LLM.generate, sgl.Engine)
 ENTRYPOINTS = ("api-server", "offline", "chat")

@@ -51,6 +51,15 @@ a whole serial k per tile, is three times too slow at k = 65,536. Still non-decr
 splits is split_k_len while the splits are not capped, and the waves grow with the splits. Fitted
 with L2 residency (sim/calib/gemm_memory.py) in the imported calibrations: alone it raised the L40S's
 held-out error, whose 96 MB L2 serves the tables' small GEMMs (benchmarks/RESULTS.md).
+
+**SM-fill cap of split-k** (optional, on with split-k when ``split_k_fill`` > 0): cuBLAS splits k to fill
+the SMs, so a GEMM with many tiles splits less: at most ``split_k_fill`` CTAs per SM,
+
+    splits     = max(1, min(k / split_k_len, max_split_k, split_k_fill x sm_count / tiles))
+
+With full waves the cap changes little (the same work in fewer, deeper CTAs); what it changes is the
+partial last wave and the per-CTA ``k_half``. Fitted by the import and kept per file where it lowers the
+fit's loss (benchmarks/RESULTS.md: A100 SXM under vLLM, 10.6% -> 10.1% held out by shape).
 """
 
 from __future__ import annotations
@@ -70,6 +79,9 @@ REGIME_LIMITS = {"small_max_m": (1.0, 1e6), "small_tile_m": (1.0, 4096.0), "smal
                  "mid_max_m": (1.0, 1e6), "mid_tile_m": (1.0, 4096.0), "mid_efficiency": (0.01, 100.0)}
 SPLIT_K_PARAMS = ("split_k_len", "max_split_k")
 SPLIT_K_LIMITS = {"split_k_len": (1.0, 1e9), "max_split_k": (1.0, 1e6)}
+#: the optional SM-fill cap of split-k (module docstring): on top of split-k
+SPLIT_FILL_PARAMS = ("split_k_fill",)
+SPLIT_FILL_LIMITS = {"split_k_fill": (1e-3, 1e3)}
 #: the optional L2-residency term of the memory side (sim/calib/gemm_memory.py)
 L2_PARAMS = ("l2_resident_bytes", "l2_resident_bandwidth_bytes_per_s", "l2_resident_sharpness")
 L2_LIMITS = {"l2_resident_bytes": (1.0, 1e12), "l2_resident_bandwidth_bytes_per_s": (1.0, 1e16), "l2_resident_sharpness": (0.1, 1e3)}
@@ -91,16 +103,24 @@ def split_k_on(params: dict) -> bool:
     return params.get("split_k_len", 0.0) > 0 and tiles_on(params)
 
 
+def split_fill_on(params: dict) -> bool:
+    """Whether ``params`` cap split-k by the SMs' fill (split_k_fill > 0; split-k on)."""
+    return params.get("split_k_fill", 0.0) > 0 and split_k_on(params)
+
+
 def l2_on(params: dict) -> bool:
     """Whether ``params`` carry the GEMM's L2-residency term (l2_resident_bytes > 0)."""
     return params.get("l2_resident_bytes", 0.0) > 0
 
 
-def k_splits(params: dict, k: float) -> float:
-    """The k chunks of each output tile (module docstring); 1 with split-k off."""
+def k_splits(params: dict, k: float, tiles: float = 0.0) -> float:
+    """The k chunks of each of ``tiles`` output tiles (module docstring); 1 with split-k off."""
     if not split_k_on(params):
         return 1.0
-    return max(1.0, min(k / params["split_k_len"], params["max_split_k"]))
+    cap = params["max_split_k"]
+    if split_fill_on(params) and tiles > 0:  # no more CTAs than split_k_fill per SM
+        cap = min(cap, params["split_k_fill"] * params["sm_count"] / tiles)
+    return max(1.0, min(k / params["split_k_len"], cap))
 
 
 def regime(params: dict, m: float) -> tuple[float, float]:
@@ -142,7 +162,7 @@ def executed_flops(params: dict, m: float, n: float, k: float) -> float:
     sms, tn = params["sm_count"], params["tile_n"]
     tm, eff = regime(params, m)
     tiles = num_tiles(m, n, tm, tn)
-    splits = k_splits(params, k)
+    splits = k_splits(params, k, tiles)
     if splits > 1.0:  # tiles x splits CTAs, each k / splits deep
         total = tiles * splits
         full = total / sms
@@ -192,13 +212,19 @@ def tile_params_from_dict(raw: dict, file: str, where: str) -> dict[str, float]:
 def gemm_param_names(params: dict) -> tuple[str, ...]:
     """The optional GEMM parameters ``params`` carry (written with the fit)."""
     return ((TILE_PARAMS if tiles_on(params) else ()) + (REGIME_PARAMS if regimes_on(params) else ())
-            + (SPLIT_K_PARAMS if split_k_on(params) else ()) + (L2_PARAMS if l2_on(params) else ()))
+            + (SPLIT_K_PARAMS if split_k_on(params) else ()) + (SPLIT_FILL_PARAMS if split_fill_on(params) else ())
+            + (L2_PARAMS if l2_on(params) else ()))
 
 
 def regime_and_split_params_from_dict(raw: dict, file: str, where: str) -> dict[str, float]:
     """The kernel regimes', split-k's and L2 residency's parameters of a ``params`` mapping, validated
     ({} when absent; the L2 term needs no tiles)."""
     out = regime_params_from_dict(raw, file, where) | split_k_params_from_dict(raw, file, where)
+    if raw.get("split_k_fill") is not None:
+        if "split_k_len" not in out:
+            raise ConfigError(file, f"{where}.split_k_len", "missing: split_k_fill caps split-k (split_k_len, "
+                              "max_split_k), which it needs")
+        out["split_k_fill"] = _checked(raw["split_k_fill"], SPLIT_FILL_LIMITS["split_k_fill"], "split_k_fill", file, where)
     l2 = [name for name in L2_PARAMS if raw.get(name) is not None]
     for name in L2_PARAMS if l2 else ():
         if name not in l2:

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sim.config.batch_defaults import fill_batch_defaults
 from sim.config.limits import nonneg_float, nonneg_int, pos_int
 from sim.cost.profile import DEFAULT_PROFILE, PROFILES, GraphMode, OutputProcessing, ProfileName
 
@@ -27,6 +28,14 @@ class ProfileOverrides(BaseModel):
         None, description="Host seconds per step: scheduling, input preparation, sampling.")
     seq_host_s: nonneg_float("engine.profile_overrides.seq_host_s") | None = Field(
         None, description="Host seconds per sequence in the step.")
+    exposed_step_host_s: nonneg_float("engine.profile_overrides.exposed_step_host_s") | None = Field(
+        None, description="Host seconds per step that async scheduling does not hide: they delay the device "
+                          "(`sglang-0.4`: SGLang 0.4's overlap scheduler; 0 under the other profiles).")
+    exposed_seq_host_s: nonneg_float("engine.profile_overrides.exposed_seq_host_s") | None = Field(
+        None, description="The same, per sequence in the step.")
+    exposed_kv_token_host_s: nonneg_float("engine.profile_overrides.exposed_kv_token_host_s") | None = Field(
+        None, description="The same, per KV token the step's decodes attend to (SGLang 0.4 resends each "
+                          "request's whole output every step).")
     scheduler_steps: pos_int("engine.profile_overrides.scheduler_steps") | None = Field(
         None, description="vLLM V0's `--num-scheduler-steps` (multi-step scheduling): a scheduling round runs this "
                           "many decode steps, and a request that arrives meanwhile waits for the round's end (1: "
@@ -101,7 +110,9 @@ def apply_profile_defaults(data: Any) -> Any:
     ``scheduler.policy`` (chunked-prefill where the profile chunks), ``kv.prefix_caching``
     (on where the profile caches prefixes and the allocator and token eviction allow it), and
     where the profile has its own (``lmdeploy``) ``kv.block_size`` and
-    ``engine.kv_cache_free_gpu_mem_fraction``.
+    ``engine.kv_cache_free_gpu_mem_fraction``, and under ``vllm-v1`` ``scheduler.max_num_seqs``
+    and ``scheduler.max_num_batched_tokens`` as vLLM V1 picks them for the GPU
+    (sim/config/batch_defaults.py).
     Keys the user set are left alone; anything malformed is left to validation. The keys
     filled go in ``profile_defaults`` (a model may still veto them: sim/engine/parts.py)."""
     if not isinstance(data, dict):
@@ -135,5 +146,6 @@ def apply_profile_defaults(data: Any) -> Any:
     if isinstance(eng, dict) and free is not None and "kv_cache_free_gpu_mem_fraction" not in eng:
         out["engine"] = {**eng, "kv_cache_free_gpu_mem_fraction": free}
         filled.append("engine.kv_cache_free_gpu_mem_fraction")
+    out = fill_batch_defaults(out, filled)  # vllm-v1: vLLM V1's max_num_seqs / token budget for the GPU
     out["profile_defaults"] = tuple(filled)
     return out

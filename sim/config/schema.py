@@ -17,6 +17,7 @@ from pydantic import Field, field_validator, model_validator
 
 from sim.config.arrival_schema import (  # noqa: F401 (re-exported)
     ArrivalProcess, ClosedArrival, ConstantArrival, GammaArrival, OfflineArrival, PoissonArrival)
+from sim.config.batch_defaults import DEFAULT_GPU
 from sim.config.cluster_schema import ClusterConfig
 from sim.config.engine_schema import (  # noqa: F401 (re-exported)
     ComputeDtypeName, DtypeName, EngineConfig, WeightDtypeName, _choice)
@@ -147,10 +148,17 @@ class SchedulerConfig(_Frozen):
                     "whole prompts), `chunked-prefill` (prompts split to fill the token budget; running "
                     "requests in admission order under `vllm-v1`, as vLLM V1; decodes first under the other "
                     "profiles). Unset, the profile decides (below).")
-    max_num_seqs: pos_int("scheduler.max_num_seqs") = Field(256, description="Most requests running at once.")
+    max_num_seqs: pos_int("scheduler.max_num_seqs") = Field(
+        256, description="Most requests running at once. Unset under `vllm-v1`: vLLM V1's default for the GPU "
+                         "(1024 on a GPU of >= 70 GiB that is not an A100, else 256; the calibration's "
+                         "`memory_bytes` and `gpu_name`); 256 under the other profiles.")
     max_num_batched_tokens: pos_int("scheduler.max_num_batched_tokens") | None = Field(
-        None, description="Token budget per step. Unset: 8192, or `max_model_len` if larger and the policy does "
-                          "not chunk prompts (without chunking it must be at least `max_model_len`).")
+        None, description="Token budget per step. Unset under `vllm-v1` with `chunked-prefill`: vLLM V1's "
+                          "default for the GPU and `engine.entrypoint` (`offline`: 16384 on a GPU of >= 70 GiB "
+                          "that is not an A100, else 8192; `api-server`, `chat`: 16384 from 160 GiB, 8192 from "
+                          "70 GiB but an A100, else 2048). Otherwise unset: 8192, or `max_model_len` if larger "
+                          "and the policy does not chunk prompts (without chunking it must be at least "
+                          "`max_model_len`).")
     preemption: _choice(PreemptionMode) = Field(
         PreemptionMode.RECOMPUTE,
         description="`recompute` (drop the victim's KV, requeue it at the front) or `swap` (copy its KV to CPU "
@@ -191,7 +199,7 @@ class Scenario(_Frozen):
     seed: nonneg_int("seed") = Field(0, description="One seed drives the whole workload: same seed, same results.")
     model: str = Field("llama-3-8b", description="A preset name (`sim kv --help` lists them) or the path of a "
                                                  "HuggingFace `config.json`.")
-    gpu: str = Field("a100-80gb", description="A calibration name (`./calibrations/<name>.yaml` first, then the "
+    gpu: str = Field(DEFAULT_GPU, description="A calibration name (`./calibrations/<name>.yaml` first, then the "
                                               "shipped ones) or the path of a calibration YAML.")
     engine: EngineConfig = Field(EngineConfig(), description="The engine (below).")
     kv: KVConfig = Field(KVConfig(), description="The KV cache (below).")

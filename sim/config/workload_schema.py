@@ -138,6 +138,10 @@ class Workload(_Frozen):
         None, description="The clients' `max_tokens`: outputs are clipped to it and to `max_model_len` - prompt. "
                           "A `trtllm` engine reserves it (else all of `max_model_len` the prompt leaves) "
                           "for every request, so set it to what your clients send.")
+    ignore_eos: bool = Field(
+        False, description="The clients ask for each request's output length as its `max_tokens` and ignore EOS "
+                           "(bench_serving's default): an `sglang` engine with prefix caching off then admits by "
+                           "SGLang 0.4's rule for such requests (never preempting).")
     shared_prefix: SharedPrefix | None = Field(
         None, description="System prompts shared by groups of sessions (unset: none).")
     conversation: Conversation | None = Field(

@@ -15,7 +15,9 @@ step overhead:
                batch is captured, else the eager kernel sum (a launch per kernel)
     host_s   = step_host_s + seq_host_s x sequences in the step
                (+ frontend_token_s x sequences where output processing runs inline)
-    step_s   = max(device_s, host_s) with async scheduling, else device_s + host_s
+    exposed  = exposed_step_host_s + exposed_seq_host_s x sequences in the step
+               + exposed_kv_token_host_s x the KV tokens its decodes attend to
+    step_s   = max(device_s + exposed, host_s) with async scheduling, else device_s + host_s
 
 Graph modes: ``decode`` captures pure-decode batches only (vLLM V0, SGLang, TensorRT-LLM);
 ``full-and-piecewise`` (vLLM V1's default ``cudagraph_mode``) also replays mixed and
@@ -64,6 +66,9 @@ class SchedulerRules:
     #: with async scheduling, a request that finished in a step keeps its seat and blocks
     #: through the next step's scheduling: that step is scheduled before the output is in
     async_finish_lag: bool = False
+    #: SGLang 0.4: requests that ignore EOS (with no prefix cache) are admitted only while the pool
+    #: covers every running request's remaining output in finishing order (sim/sched/sglang_admit.py)
+    ignore_eos_admission: bool = False
 
 
 VLLM_0_33 = SchedulerRules(mirrors="vLLM 0.33.0", null_block=True, decodes_first=False,
@@ -80,6 +85,12 @@ class EngineProfile:
     step_host_s: float = 0.0  # host time per step: scheduling, input preparation, sampling
     seq_host_s: float = 0.0  # host time per sequence in the step
     async_scheduling: bool = False  # host work overlaps the device's (step = max, not sum)
+    #: host time per step and per sequence that async scheduling does not hide: it delays the device's next
+    #: step, so under async_scheduling a step takes max(device + these, host) (ignored without it: all host
+    #: time is exposed then). SGLang 0.4's overlap scheduler (module docstring)
+    exposed_step_host_s: float = 0.0
+    exposed_seq_host_s: float = 0.0
+    exposed_kv_token_host_s: float = 0.0  # per KV token the step's decodes attend to (work that grows with length)
     prefill_first: bool = False  # vLLM V0: waiting prompts run in prefill-only steps first
     scheduler_steps: int = 1  # vLLM V0's --num-scheduler-steps: decode steps a scheduling round runs
     chunked_prefill: bool = False  # default batching policy: chunked-prefill (else continuous)
@@ -207,6 +218,26 @@ _TINYGEMM_INT4 = 0.56
 _TURBOMIND_STEP_HOST_S = 1.0e-3
 _TURBOMIND_SEQ_HOST_S = 0.0
 
+#: SGLang 0.4's overlap scheduler: host time per step, per sequence and per KV token of the step's decodes
+#: that it does not hide. In 0.4.0 the forward thread plans each decode's attention (FlashInfer's plan copies
+#: the page table's indptr to the host: it waits for the previous step to finish) and launches it while the
+#: scheduler thread, holding the same GIL, processes the previous step's results request by request; and
+#: stream_output rebuilds every request's prompt + output ids and sends its whole output so far to the
+#: detokenizer every step (Req.init_incremental_detokenize: O(length); 0.5.x keeps that list and sends only
+#: the new ids). Fitted on the train side of the SGLang 0.4 H200 cases (E2E and offline throughput; the
+#: step and per-token times at their grids' edges): benchmarks/published/fit_sglang_overlap.py.
+_SGLANG_EXPOSED_STEP_S = 2.0e-3
+_SGLANG_EXPOSED_SEQ_S = 40e-6
+_SGLANG_EXPOSED_KV_TOKEN_S = 40e-9
+
+# SGLang >= 0.5 (see PROFILES for its parts; ``sglang-0.4`` adds 0.4's exposed host time)
+_SGLANG = EngineProfile(
+    ProfileName.SGLANG, graph_mode=GraphMode.DECODE, max_graph_size=160, step_host_s=_PY_STEP_HOST_S,
+    seq_host_s=_PY_SEQ_HOST_S, async_scheduling=True, chunked_prefill=True, prefix_caching=True,
+    prefill_first=True, frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
+    frontend_chat_request_s=_CHAT_SGLANG_S, rules=SchedulerRules(ignore_eos_admission=True),
+    custom_allreduce_bytes=coll.VLLM_CUSTOM_ALLREDUCE)
+
 # TensorRT-LLM: in-flight batching in a C++ executor (small host time per step), decode graphs,
 # overlapped scheduling, KV block reuse on, chunked context off, GUARANTEED_NO_EVICT admission.
 _TRTLLM = EngineProfile(
@@ -240,12 +271,12 @@ PROFILES: dict[str, EngineProfile] = {
     # steps (enable_mixed_chunk off by default: 0.4.0's get_next_batch_to_run runs a prefill batch first
     # whenever one can be built, the decodes waiting), radix (prefix) cache, tokenizer and detokenizer
     # in processes of their own.
-    ProfileName.SGLANG: EngineProfile(
-        ProfileName.SGLANG, graph_mode=GraphMode.DECODE, max_graph_size=160, step_host_s=_PY_STEP_HOST_S,
-        seq_host_s=_PY_SEQ_HOST_S, async_scheduling=True, chunked_prefill=True, prefix_caching=True,
-        prefill_first=True, frontend_request_s=_FRONTEND_REQUEST_S, frontend_token_s=_FRONTEND_TOKEN_S,
-        frontend_chat_request_s=_CHAT_SGLANG_S,
-        custom_allreduce_bytes=coll.VLLM_CUSTOM_ALLREDUCE),
+    ProfileName.SGLANG: _SGLANG,
+    # SGLang 0.4.x: the same engine, plus the host time 0.4's overlap scheduler does not hide
+    # (_SGLANG_EXPOSED_*); SGLang 0.5 removed both causes (FA3 on Hopper, only new ids streamed).
+    ProfileName.SGLANG_04: dataclasses.replace(
+        _SGLANG, name=ProfileName.SGLANG_04, exposed_step_host_s=_SGLANG_EXPOSED_STEP_S,
+        exposed_seq_host_s=_SGLANG_EXPOSED_SEQ_S, exposed_kv_token_host_s=_SGLANG_EXPOSED_KV_TOKEN_S),
     ProfileName.TRTLLM: _TRTLLM,
     # TensorRT-LLM's PyTorch backend (``--backend pytorch``, the default since 1.0): the same kernels,
     # graphs, overlap scheduler and admission, driven by a Python executor loop (PyExecutor) that

@@ -12,6 +12,7 @@ class ProfileName(StrEnum):
     VLLM_V1 = "vllm-v1"
     VLLM_V0 = "vllm-v0"
     SGLANG = "sglang"
+    SGLANG_04 = "sglang-0.4"
     TRTLLM = "trtllm"
     TRTLLM_PYTORCH = "trtllm-pytorch"
     COMPILED = "compiled"

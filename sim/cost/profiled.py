@@ -34,6 +34,12 @@ class ProfiledCost:
             profile.frontend_token_s if profile.output_processing is OutputProcessing.INLINE else 0.0)
         # attention data parallelism: each rank's loop schedules its own share of the requests, in parallel
         self.host_ranks = max(1, int(getattr(eager, "attention_ranks", 1)))
+        # host time async scheduling does not hide (EngineProfile.exposed_*; none without async scheduling)
+        hides = profile.async_scheduling
+        self.exposed_step_s = profile.exposed_step_host_s if hides else 0.0
+        self.exposed_seq_s = profile.exposed_seq_host_s if hides else 0.0
+        self.exposed_kv_s = (profile.exposed_kv_token_host_s if hides else 0.0) / self.host_ranks  # its own KV
+        self._exposes = hides and (self.exposed_step_s > 0.0 or self.exposed_seq_s > 0.0 or self.exposed_kv_s > 0.0)
 
     @property
     def composition(self):
@@ -67,11 +73,18 @@ class ProfiledCost:
             return None
         device, host = inner(n + pad, num_tokens + pad), self._host_s(n)
         if self.profile.async_scheduling:
+            if self._exposes:  # step_time_s's floats: (device + exposed) against the host's
+                exposed, per_kv = self._exposed_s(n), self.exposed_kv_s
+                return lambda kv: d if (d := device(kv) + (exposed + per_kv * kv)) > host else host
             return lambda kv: d if (d := device(kv)) > host else host
         return lambda kv: device(kv) + host
 
     def _host_s(self, num_seqs: int) -> float:
         return self.step_host_s + self.seq_host_s * -(-num_seqs // self.host_ranks)
+
+    def _exposed_s(self, num_seqs: int) -> float:
+        """The per-step and per-sequence host time of a step that async scheduling does not hide."""
+        return self.exposed_step_s + self.exposed_seq_s * -(-num_seqs // self.host_ranks)
 
     def host_time_s(self, shape: BatchShape) -> float:
         """Host time of the engine loop: per step, per sequence, and inline output processing; under
@@ -83,6 +96,8 @@ class ProfiledCost:
             return 0.0
         device, host = self.device_time_s(shape, idle_before_s), self.host_time_s(shape)
         if self.profile.async_scheduling:
+            if self._exposes:  # host time the overlap does not hide (EngineProfile.exposed_*)
+                device += self._exposed_s(shape.num_seqs) + self.exposed_kv_s * shape.decode_kv_tokens
             return device if device > host else host
         return device + host
 

@@ -51,7 +51,7 @@ def relative_to_scenario(sc: Scenario, ref: str) -> str:
 #: Engines that refuse, at startup, a max_model_len longer than the model's context (vLLM's
 #: _get_and_verify_max_len without VLLM_ALLOW_LONG_MAX_MODEL_LEN; SGLang's context_length check
 #: without SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN). TensorRT-LLM builds for any max_seq_len.
-_CONTEXT_CHECKED = (ProfileName.VLLM_V1, ProfileName.VLLM_V0, ProfileName.SGLANG)
+_CONTEXT_CHECKED = (ProfileName.VLLM_V1, ProfileName.VLLM_V0, ProfileName.SGLANG, ProfileName.SGLANG_04)
 
 
 def check_context(model: ModelSpec, max_model_len: int, profile: str, src: str) -> None:
@@ -255,7 +255,7 @@ def engine_state(sc: Scenario, model: ModelSpec, plan: MemoryPlan, budget: Token
         watermark_slots=watermark_slots,
         prefill_first=profile.prefill_first, reserve_full_length=profile.reserve_full_length,
         scheduler_steps=profile.scheduler_steps, decodes_first=rules.decodes_first, admit_full_sequence=rules.admit_full_sequence,
-        finish_lag=rules.async_finish_lag and profile.async_scheduling,
+        finish_lag=rules.async_finish_lag and profile.async_scheduling, ignore_eos_admission=rules.ignore_eos_admission and sc.workload.ignore_eos and not sc.kv.prefix_caching,
         long_prefill_token_threshold=sc.scheduler.long_prefill_token_threshold)
     return allocator, swap, preemptor, scheduler
 
@@ -294,7 +294,7 @@ class SessionDriver:
         segments = history + ((session.first_segment + turn, spec.user_tokens),)
         num_prompt = sum([n for _, n in segments]) if history else spec.user_tokens
         room = self.sc.engine.max_model_len - num_prompt
-        max_tokens = min(self.sc.workload.max_tokens or room, room) if room > 0 else 1
+        max_tokens = min(self.sc.workload.max_tokens or room, max(1, spec.output_tokens) if self.sc.workload.ignore_eos else room, room) if room > 0 else 1
         req = Request(len(self.requests), now, segments, max_tokens,
                       max(1, min(spec.output_tokens, max_tokens)), session=session, turn=turn)
         req.prefix_len = session.prefix[1] if session.prefix is not None else 0

@@ -17,6 +17,7 @@ from collections import deque
 from sim.request import Request, RequestStatus
 from sim.sched.output import SchedulerOutput
 from sim.sched.preemption import Preemptor
+from sim.sched.sglang_admit import ignore_eos_fits
 from sim.sched.tier import TierLoads
 from sim.sched.victim import RemainingOutputModel, VictimPolicy, pick_victim
 
@@ -29,7 +30,7 @@ class SchedulerBase(TierLoads):
                  prefill_first: bool = False, reserve_full_length: bool = False,
                  decodes_first: bool = True, admit_full_sequence: bool = False,
                  finish_lag: bool = False, long_prefill_token_threshold: int = 0,
-                 scheduler_steps: int = 1) -> None:
+                 scheduler_steps: int = 1, ignore_eos_admission: bool = False) -> None:
         self.allocator = allocator
         self.preemptor = preemptor
         self.max_num_seqs = max_num_seqs
@@ -47,6 +48,7 @@ class SchedulerBase(TierLoads):
         #: TensorRT-LLM's GUARANTEED_NO_EVICT: admit a request only while every running request's
         #: prompt + max_tokens still fits, so no running request is ever preempted for room
         self.reserve_full_length = reserve_full_length
+        self.ignore_eos_admission = ignore_eos_admission  # SGLang 0.4's rule (sim/sched/sglang_admit.py)
         #: chunked prefill serves running decodes before running prefill chunks (False: in
         #: admission order, as vLLM V1 does)
         self.decodes_first = decodes_first
@@ -202,6 +204,9 @@ class SchedulerBase(TierLoads):
                 if not chunked:
                     break
                 n = budget
+            if self.ignore_eos_admission and self.running and not ignore_eos_fits(
+                    self.running, req, alloc.num_total_slots - alloc.num_allocated_slots()):
+                break
             keep_free, future = self._admission_keep_free(req, req.num_computed_tokens + cached + n, reserved)
             if not alloc.allocate_slots(req, n, cached, keep_free_slots=keep_free,
                                         full_tokens=min(req.num_tokens, self.max_model_len) if full else 0):

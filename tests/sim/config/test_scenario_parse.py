@@ -27,7 +27,10 @@ def test_defaults_are_the_current_vllms() -> None:
     assert sc.scheduler.policy is BatchingPolicy.CHUNKED_PREFILL
     assert sc.scheduler.preemption is PreemptionMode.RECOMPUTE
     assert sc.scheduler.when_kv_full is WhenKVFull.QUEUE
-    assert sc.profile_defaults == ("scheduler.policy", "kv.prefix_caching")
+    # vLLM V1's batch limits for the default GPU, an A100 80GB behind the API server (256, 2048)
+    assert sc.profile_defaults == ("scheduler.policy", "kv.prefix_caching", "scheduler.max_num_seqs",
+                                   "scheduler.max_num_batched_tokens")
+    assert (sc.scheduler.max_num_seqs, sc.max_num_batched_tokens) == (256, 2048)
 
 
 def test_the_eager_profile_keeps_kvsims_plain_defaults() -> None:
@@ -37,7 +40,7 @@ def test_the_eager_profile_keeps_kvsims_plain_defaults() -> None:
 
 
 def test_keys_the_user_set_win_over_the_profile() -> None:
-    sc = parse(scheduler={"policy": "continuous"}, kv={"prefix_caching": False})
+    sc = parse(scheduler={"policy": "continuous", "max_num_seqs": 256}, kv={"prefix_caching": False})
     assert not sc.kv.prefix_caching and sc.scheduler.policy is BatchingPolicy.CONTINUOUS
     assert sc.profile_defaults == ()
     # a profile cannot switch prefix caching on where the allocator cannot have it
@@ -50,7 +53,8 @@ def test_keys_the_user_set_win_over_the_profile() -> None:
     ("static", 16384, 16384), ("chunked-prefill", 32768, 8192),
 ])
 def test_default_token_budget(policy, mml, expected) -> None:
-    sc = parse(engine={"max_model_len": mml}, scheduler={"policy": policy})
+    # kvsim's own rule (the eager profile; vllm-v1's GPU defaults: test_batch_defaults.py)
+    sc = parse(engine={"max_model_len": mml, "profile": "eager"}, scheduler={"policy": policy})
     assert sc.max_num_batched_tokens == expected
 
 
