@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from fit_scoring import errors, loss, summary  # noqa: E402
 from split import read_split  # noqa: E402
-from suite import load_cases, run_case  # noqa: E402
+from suite import load_cases  # noqa: E402
 
 from sim.cost import profile as prof  # noqa: E402
 
@@ -73,27 +73,6 @@ def set_constants(step_s: float, seq_s: float, kv_s: float = 0.0) -> None:
     prof.PROFILES[prof.ProfileName.SGLANG_04] = dataclasses.replace(
         prof.PROFILES[prof.ProfileName.SGLANG_04], exposed_step_host_s=step_s, exposed_seq_host_s=seq_s,
         exposed_kv_token_host_s=kv_s)
-
-
-def errors(cases) -> list[float]:
-    """Signed errors (simulated / published - 1) of ``cases`` under the constants now set."""
-    out = []
-    for c in cases:
-        o = run_case(c)
-        if o.signed_error is not None:
-            out.append(o.signed_error)
-    return out
-
-
-def loss(errs: list[float]) -> float:
-    return sum(abs(math.log1p(e)) for e in errs) / max(1, len(errs))
-
-
-def summary(errs: list[float]) -> str:
-    if not errs:
-        return "no cases"
-    mape = 100 * sum(abs(e) for e in errs) / len(errs)
-    return f"{len(errs)} cases, MAPE {mape:.1f}%, mean signed {100 * sum(errs) / len(errs):+.1f}%"
 
 
 def main(argv: list[str] | None = None) -> int:
