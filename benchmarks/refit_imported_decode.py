@@ -17,22 +17,15 @@ by the held-out figures under both schemes (benchmarks/aiconfigurator_fit.py, be
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import re
 import sys
-import time
 from pathlib import Path
 
-import yaml
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from refit_imported import imported, main, rewritten  # noqa: E402
 
-from microbench.aiconfigurator import SYSTEMS, import_records  # noqa: E402
 from microbench.fit import fit_kernel  # noqa: E402
 from microbench.gemm_tiles import device_gemm_tiles  # noqa: E402
-from sim.calib.calibration import calibration_to_dict, load_calibration  # noqa: E402
 
 NOTE = ("decode attention refitted with the terms kept where they lower the fit's loss (L2 residency; "
         "TensorRT-LLM's MMHA fallback) by benchmarks/refit_imported_decode.py")
@@ -40,44 +33,14 @@ NOTE = ("decode attention refitted with the terms kept where they lower the fit'
 
 def refit(path: Path) -> tuple[str, str]:
     """(the file's new text, one line on its decode attention before and after)."""
-    gpu, backend = path.stem.split("@")
-    system = {s.datasheet: name for name, s in SYSTEMS.items()}[gpu]
-    text = path.read_text()
-    cal = load_calibration(str(path))
-    found = re.search(rf"decode_attention: {backend} (\S+?)(,|$)", cal.provenance.get("framework", ""))
-    records, device, _ = import_records(system, backend, found.group(1) if found else None)
+    cal, text, records, device = imported(path, "decode_attention")
     old = cal.kernels["decode_attention"]
-    new = fit_kernel("decode_attention", [r for r in records if r["kernel"] == "decode_attention"], grid=False,
-                     tiles=device_gemm_tiles(device))
-    prov = dict(cal.provenance)
-    prov["fit"] = re.sub(r"decode_attention: cv MAPE [0-9.]+%", f"decode_attention: cv MAPE {new.cv_mape:.1%}",
-                         prov.get("fit", ""))
-    prov["decode_refit"] = NOTE
-    out = dataclasses.replace(cal, kernels={**cal.kernels, "decode_attention": new}, provenance=prov)
+    new = fit_kernel("decode_attention", records, grid=False, tiles=device_gemm_tiles(device))
     terms = [t for t, key in (("L2", "l2_bytes"), ("MMHA", "mmha_flops_per_s"), ("swap", "mha_full_ctas"))
              if key in new.params]
     line = f"decode cv MAPE {old.cv_mape:.2%} -> {new.cv_mape:.2%} ({', '.join(terms) or 'split-KV only'})"
-    header = text.split("\n", 1)[0]
-    return header + "\n" + yaml.safe_dump(calibration_to_dict(out), sort_keys=False, width=120), line
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--files", nargs="+", required=True, help="calibration names, e.g. l40s@vllm")
-    ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file would change")
-    args = ap.parse_args(argv)
-    stale = []
-    for name in args.files:
-        path = ROOT / "calibrations" / f"{name}.yaml"
-        t0 = time.perf_counter()
-        out, line = refit(path)
-        if out != path.read_text():
-            stale.append(path.name)
-            if not args.check:
-                path.write_text(out)
-        print(f"{path.name}: {line} ({time.perf_counter() - t0:.0f} s)", flush=True)
-    return 1 if args.check and stale else 0
+    return rewritten(cal, text, "decode_attention", new, "decode_refit", NOTE), line
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(None, __doc__, refit, files_required=True))
