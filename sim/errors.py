@@ -154,6 +154,30 @@ def read_yaml_file(path, *, max_bytes: int = MAX_YAML_BYTES) -> Any:
     return parse_yaml(decode_utf8(read_bytes(path, max_bytes=max_bytes, what="YAML file"), file), file)
 
 
+#: The last text parsed of each file and its value (by absolute path): a run reads its calibration
+#: twice (the profile's batch defaults, then the run), a sweep or plan once per point.
+_PARSED: dict[str, tuple[str, Any]] = {}
+_PARSED_MAX = 64
+
+
+def read_yaml_file_once(path, *, max_bytes: int = MAX_YAML_BYTES) -> Any:
+    """``read_yaml_file``'s value: the file is read every time, its text parsed again only when it
+    differs from the last text parsed of that file; each call gets its own copy (the caller may
+    change it). Errors are raised anew on every call."""
+    import copy  # noqa: PLC0415
+
+    file = str(path)
+    text = decode_utf8(read_bytes(path, max_bytes=max_bytes, what="YAML file"), file)
+    key = os.path.abspath(file)
+    hit = _PARSED.get(key)
+    if hit is None or hit[0] != text:
+        hit = (text, parse_yaml(text, file))
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[key] = hit
+    return copy.deepcopy(hit[1])
+
+
 def parse_yaml(text: str, file: str, key: str | None = None) -> Any:
     """``yaml.safe_load`` that refuses, with one ConfigError, what could hang or exhaust
     memory later: nesting deeper than MAX_YAML_DEPTH, aliases that expand past

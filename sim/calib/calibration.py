@@ -46,7 +46,7 @@ from sim.calib.interconnect import Interconnect, interconnect_from_dict, interco
 from sim.calib.kernel_models import RIDGE_SHARPNESS, KernelFit, features, kernel_fit_from_dict, roofline_s
 from sim.calib.numbers import finite_number, fraction_number, number_in, yaml_float
 from sim.calib.precision import PRECISION_KEYS, Precision, precision_from_dict, precision_to_dict
-from sim.errors import ConfigError, did_you_mean, read_yaml_file
+from sim.errors import ConfigError, did_you_mean, read_yaml_file_once
 
 SCHEMA_VERSION = 2
 SUPPORTED_SCHEMAS = (1, 2)
@@ -290,7 +290,7 @@ def load_calibration(name_or_path: str, *, source: str = "<cli>", key: str = "gp
         hint = did_you_mean(name_or_path, available_calibrations())
         raise ConfigError(source, key, f"unknown GPU calibration {name_or_path!r}{hint}; use one of: "
                           f"{names} or a path to a calibration YAML")
-    data = read_yaml_file(path)  # bounded and safe: sim.errors
+    data = read_yaml_file_once(path)  # bounded and safe, parsed once per file version: sim.errors
     return calibration_from_dict(data, file=str(path))
 
 
