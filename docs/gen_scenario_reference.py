@@ -35,7 +35,7 @@ from sim.config import arrival_schema, schema  # noqa: E402
 if str(Path(__file__).resolve().parent) not in sys.path:  # its sibling module, loaded from anywhere
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scenario_reference_tables import (  # noqa: E402
-    HEADER, PIPELINE_MODES, PROFILE_DEFAULTS, PROFILES, _batch_defaults_table, _limits, _num, _profile_table,
+    HEADER, PIPELINE_MODES, PROFILE_DEFAULTS, PROFILES, _batch_defaults_section, _limits, _num, _profile_table,
 )
 
 PAGE = ROOT / "docs" / "reference" / "scenario.md"
@@ -322,12 +322,7 @@ def render() -> str:
                "the `paged` allocator and no token eviction, and a model with a sliding window shorter than "
                "`max_model_len` keeps it off.\n")
     out.append(_profile_table() + "\n")
-    out.append("Under `vllm-v1` the batch limits come from the GPU as vLLM 0.33.0 picks them when its user sets "
-               "none (`EngineArgs.get_batch_defaults`; `sim/config/batch_defaults.py`): `scheduler.max_num_seqs`, "
-               "and `scheduler.max_num_batched_tokens` where the policy is `chunked-prefill`, by the "
-               "calibration's `memory_bytes` and `gpu_name` and by `engine.entrypoint` (`offline` is vLLM's `LLM` "
-               "class, the others its API server). The other profiles keep 256 and 8192.\n")
-    out.append(_batch_defaults_table() + "\n")
+    out.append(_batch_defaults_section())
     out.append("## Other limits\n")
     out.append("Beyond each key's bounds above, loading refuses:\n")
     out.append(_limits() + "\n")

@@ -99,6 +99,16 @@ def _batch_defaults_table() -> str:
     return "\n".join(lines)
 
 
+def _batch_defaults_section() -> str:
+    """The paragraph on vLLM V1's batch limits by GPU and its table."""
+    return ("Under `vllm-v1` the batch limits come from the GPU as vLLM 0.33.0 picks them when its user sets "
+            "none (`EngineArgs.get_batch_defaults`; `sim/config/batch_defaults.py`): `scheduler.max_num_seqs`, "
+            "and `scheduler.max_num_batched_tokens` where the policy is `chunked-prefill`, by the "
+            "calibration's `memory_bytes` and `gpu_name` and by `engine.entrypoint` (`offline` is vLLM's `LLM` "
+            "class, the others its API server). The other profiles keep 256 and 8192.\n\n"
+            + _batch_defaults_table() + "\n")
+
+
 def _limits() -> str:
     c = CALIBRATION_LIMITS
     cal = (f"`memory_bytes` {_bytes(c['memory_bytes'][0])} to {_bytes(c['memory_bytes'][1])}, "
